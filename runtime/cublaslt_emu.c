@@ -15,8 +15,8 @@
  * is not "TN" (TRANSA = T, TRANSB = N), whose A, B or D leading dim or k
  * is not a multiple of 16, or whose D is not f32 or bf16; D, C scale or amax
  * pointers; an epilogue on FP8 operands; an epilogue other than BIAS,
- * RELU, GELU, GELU_AUX and their BIAS forms; BIAS without a bias pointer;
- * GELU_AUX without an aux pointer, or with an aux leading dim below D's
+ * RELU, GELU, GELU_AUX and their BIAS forms, and DGELU; BIAS without a
+ * bias pointer; GELU_AUX or DGELU without an aux pointer, or with an aux leading dim below D's
  * rows or not a multiple of 8, or (batched) an aux batch stride that is
  * not a multiple of 8. Shapes that do not agree with the layouts are
  * CUBLAS_STATUS_INVALID_VALUE.
@@ -25,8 +25,9 @@
  * v = alpha · sum + beta · C + bias[row of D] (the bias of D's type), aux
  * = v (GELU_AUX: the GELU's input, of D's type, at aux + batch · stride +
  * col · ld), D = act(v) with act ReLU or the tanh GELU, 0.5 v (1 +
- * tanh(0.7978845608 (v + 0.044715 v³))); a bf16 D and aux are rounded
- * once, from those f32 values.
+ * tanh(0.7978845608 (v + 0.044715 v³))); DGELU: D = v · gelu'(aux) (aux
+ * the GELU's input, read); a bf16 D and aux are rounded once, from those
+ * f32 values.
  *
  * Exact where the GPU is exact: FP8 and bf16 operands are decoded to f32
  * (exact), the products and sums are f32's (sc_host_gemm_f32, the CPU
@@ -212,6 +213,7 @@ static sc_lt_status emu_pref_set(sc_lt_pref p, int attr, const void *buf, size_t
  * library does not compute. */
 static int epilogue_kind(uint32_t e) {
   if (e == 0 || e == SC_CUBLASLT_EPILOGUE_DEFAULT) return 0;
+  if (e == SC_CUBLASLT_EPILOGUE_DGELU) return (int)e; /* no BIAS form (DGELU_BGRAD: not emulated) */
   e &= ~(uint32_t)SC_CUBLASLT_EPILOGUE_BIAS;
   if (e == 0 || e == SC_CUBLASLT_EPILOGUE_RELU || e == SC_CUBLASLT_EPILOGUE_GELU ||
       e == (SC_CUBLASLT_EPILOGUE_GELU | SC_CUBLASLT_EPILOGUE_AUX))
@@ -319,9 +321,16 @@ static const float *widen(int t, const void *x, int64_t n, bool tf32, float **w,
   return o;
 }
 
-/* The tanh GELU as the library's epilogue computes it, in f32. */
+/* The tanh GELU as the library's epilogue computes it, in f32, and its
+ * derivative (DGELU). */
 static float gelu(float v) {
   return 0.5f * v * (1.0f + tanhf(0.7978845608f * (v + 0.044715f * v * v * v)));
+}
+
+static float dgelu(float v) {
+  float th = tanhf(0.7978845608f * (v + 0.044715f * v * v * v));
+  return 0.5f * (1.0f + th) + 0.5f * v * (1.0f - th * th) * 0.7978845608f *
+                                  (1.0f + 3.0f * 0.044715f * v * v);
 }
 
 /* d's epilogue on the finished f32 product D (row-major g: D's rows of
@@ -340,8 +349,13 @@ static void epilogue(const struct cublasLtMatmulDescOpaque *d, const sc_gemm *g,
         float *v = &D[b * g->stride_c + i * g->ldc + j];
         if (bias) *v += bf16 ? sc_bf16_to_f32(((const uint16_t *)d->bias)[j])
                              : ((const float *)d->bias)[j];
-        if (k & SC_CUBLASLT_EPILOGUE_AUX) {
-          int64_t at = b * d->aux_stride + i * d->aux_ld + j;
+        int64_t at = b * d->aux_stride + i * d->aux_ld + j;
+        if (k == SC_CUBLASLT_EPILOGUE_DGELU) { /* the aux input: GELU's input */
+          *v *= dgelu(bf16 ? sc_bf16_to_f32(((const uint16_t *)d->aux)[at])
+                           : ((const float *)d->aux)[at]);
+          continue;
+        }
+        if (k & SC_CUBLASLT_EPILOGUE_AUX) { /* GELU_AUX's output: GELU's input */
           if (bf16) ((uint16_t *)d->aux)[at] = sc_f32_to_bf16(*v);
           else ((float *)d->aux)[at] = *v;
         }
@@ -411,10 +425,10 @@ static sc_lt_status emu_matmul(sc_lt_handle h, sc_lt_desc d, const void *alpha, 
     int k = epilogue_kind(d->epilogue);
     if (d->epilogue != SC_CUBLASLT_EPILOGUE_DEFAULT && (d->epilogue & SC_CUBLASLT_EPILOGUE_BIAS))
       h->cu->host_access(d->bias, (size_t)x.g.n * type_size(dl->type), 0);
-    if (k > 0 && (k & SC_CUBLASLT_EPILOGUE_AUX))
+    if (k > 0 && (k & SC_CUBLASLT_EPILOGUE_AUX)) /* DGELU reads it, GELU_AUX writes it */
       h->cu->host_access(d->aux, (size_t)((x.g.batch - 1) * d->aux_stride +
                                           (x.g.m - 1) * d->aux_ld + x.g.n) *
-                                     type_size(dl->type), 1);
+                                     type_size(dl->type), k != SC_CUBLASLT_EPILOGUE_DGELU);
   }
   return h->cu->launch_host_func(s, emu_run, d) == SC_CUDA_SUCCESS
              ? 0

@@ -595,6 +595,10 @@ static sc_status load_module(cuda_ctx *c, const char *src, sc_diag *diag) {
 static bool act_in_product(const sc_program *p, const sc_gemm *g) {
   if (g->act == SC_GEMM_ACT_NONE || g->act_out < 0 || g->act_out >= p->n_buffers) return false;
   if (g->act_aux && g->act != SC_GEMM_ACT_GELU_TANH) return false;
+  if (g->act == SC_GEMM_ACT_DGELU_TANH && /* DGELU reads act_in during the product */
+      (g->act_in < 0 || g->act_in >= p->n_buffers || g->bias >= 0 ||
+       !sc_program_disjoint(p, g->act_out, g->act_in)))
+    return false;
   if (!g->act_aux && sc_program_same_address(p, g->act_out, g->c)) return true;
   return sc_program_disjoint(p, g->act_out, g->a) && sc_program_disjoint(p, g->act_out, g->b) &&
          (g->bias < 0 || sc_program_disjoint(p, g->act_out, g->bias)) &&
@@ -1002,6 +1006,8 @@ static sc_status cuda_bind(void *ctx, void *arena, sc_diag *diag) {
                            g->bias >= 0 ? p->buffers[g->bias].bytes / (int64_t)sc_dtype_size(t)
                                         : 0,
                            c->ptrs[g->c], act_in_product(p, g) ? c->ptrs[g->act_out] : 0,
+                           act_in_product(p, g) && g->act == SC_GEMM_ACT_DGELU_TANH
+                               ? c->ptrs[g->act_in] : 0,
                            &c->gemm_id[i], &c->gemm_fused[i], diag);
         if (st == SC_OK && g->scaled) /* the f32 product of the widened values, then the scales */
           st = sc_gpu_gemm_set_scales(c->gemm, c->gemm_id[i], c->ptrs[g->a8_scale],

@@ -462,9 +462,11 @@ def check_gelu_aux_train(a, tmp):
     """gemm.act.gelu-aux-train.{fp32,bf16}: Gemm -> Gelu(approximate="tanh")
     -> Gemm trained 4 AdamW steps (mse) on the GPU, whose forward's first
     product is cuBLASLt's GELU_AUX_BIAS (the backward reads the kept
-    pre-activation), against the CPU, which runs the activation kernel:
+    pre-activation) and, in fp32, the backward's dG = dY·W2ᵀ its DGELU
+    (dG · gelu'(Q) from that aux), against the CPU, which runs the kernels:
     losses and gradient norms within 2e-5 (fp32, --no-allow-tf32) and 2e-3
-    (bf16) relative; the verbose count says whether the epilogue ran."""
+    (bf16) relative; the verbose counts say which epilogues ran (emulated:
+    all, 2 and 1 in the product)."""
     import json
     import numpy as np
     import onnx
@@ -490,7 +492,7 @@ def check_gelu_aux_train(a, tmp):
     np.save(ts, rng.standard_normal((512, k)).astype(np.float32))
     for prec, tol in (("fp32", 2e-5), ("bf16", 2e-3)):
         tag = f"gemm.act.gelu-aux-train.{prec}"
-        logs, aux = {}, -1
+        logs, aux, fused = {}, -1, -1
         for dev in ("cpu", "cuda"):
             lj = os.path.join(tmp, f"mlp.{prec}.{dev}.jsonl")
             r = sh([a.shardc, "train", path, "--data", "X=" + xs, "--targets", ts, "--loss", "mse",
@@ -503,17 +505,21 @@ def check_gelu_aux_train(a, tmp):
             with open(lj) as f:
                 logs[dev] = [json.loads(ln) for ln in f if ln.strip()]
             m = re.search(r"(\d+) keeping the pre-activation", r.stderr)
+            f = re.search(r"\((\d+) activations in the product", r.stderr)
             if dev == "cuda":
                 aux = int(m.group(1)) if m else -1
+                fused = int(f.group(1)) if f else -1
         if len(logs) < 2:
             continue
         worst = max((abs(x[key] - y[key]) / abs(x[key]) for x, y in zip(logs["cpu"], logs["cuda"])
                      for key in ("loss", "grad_norm")), default=float("inf"))
         ok = len(logs["cuda"]) == 4 and all(np.isfinite(y["loss"]) for y in logs["cuda"]) and \
-            worst <= tol and (aux == 1 or (aux == 0 and not EMU))
+            worst <= tol and (aux == 1 or (aux == 0 and not EMU)) and \
+            (fused == (2 if prec == "fp32" else 1) or (0 <= fused and not EMU))
         record(tag, "pass" if ok else "fail",
                f"largest relative difference from the cpu {worst:.2e} (tolerance {tol:g}); "
-               f"{aux} product(s) keeping the pre-activation (GELU_AUX)", worst=worst, aux=aux)
+               f"{fused} activation(s) in the product (GELU_AUX, DGELU), {aux} keeping the "
+               f"pre-activation", worst=worst, aux=aux, fused=fused)
 
 
 def check_tf32(a, tmp):

@@ -33,12 +33,16 @@ Checked, on seeded inputs, per model:
     gelu_product_out keeps the activation (and act_aux) in program.json,
     reserves cuBLASLt's 32 MiB workspace at the top of its arena
     (workspace_bytes, workspace_offset), and runs with the same outputs;
-  * training (GELU_AUX): an MLP Gemm -> Gelu(approximate="tanh") -> Gemm
-    trained 4 AdamW steps with mse, fp32 and bf16: its forward's first GEMM
-    step carries "act gelu_tanh->bN aux" (the backward reads the
-    pre-activation), the only activation of the step; --device cuda
-    counts 1 activation in the product keeping the pre-activation, with
-    the host engine and with SHARDC_CUDA_GEMM=cublaslt; losses and
+  * training (GELU_AUX, DGELU): an MLP Gemm -> Gelu(approximate="tanh") ->
+    Gemm trained 4 AdamW steps with mse, fp32 and bf16: its forward's
+    first GEMM step carries "act gelu_tanh->bN aux" (the backward reads the
+    pre-activation) and, in fp32, the backward's product dG = dY·W2ᵀ
+    carries "act dgelu_tanh->bN in=bM" (dG · gelu'(Q), Q that
+    pre-activation: cuBLASLt's DGELU; in bf16 the derivative's constants
+    are rounded to bf16, so it is not cuBLASLt's and stays a kernel);
+    --device cuda counts 2 (fp32) or 1 (bf16) activations in the product,
+    1 keeping the pre-activation, with the host engine and with
+    SHARDC_CUDA_GEMM=cublaslt; losses and
     gradient norms finite and within 2e-5 (fp32) or 2e-3 (bf16: cuBLASLt's
     GELU reads the f32 sum, the kernel the bf16-rounded product) of the
     CPU's, which runs the activation kernel (the unfused path);
@@ -239,7 +243,8 @@ def train_checks(tmp, rng):
         if not check(r.returncode == 0, f"train {prec}: compile: {r.stderr[-300:]}"):
             continue
         acts = re.findall(r"^s\d+ gemm .* act (\w+)->b\d+( aux)?", r.stdout, re.M)
-        check(acts == [("gelu_tanh", " aux")], f"train {prec}: GEMM activations {acts}")
+        want = [("gelu_tanh", " aux")] + ([("dgelu_tanh", "")] if prec == "fp32" else [])
+        check(acts == want, f"train {prec}: GEMM activations {acts}, want {want}")
         logs = {}
         for dev, env in [("cpu", None)] + [("cuda", e) for e in ENGINES]:
             tag = dev + ("-" + env["SHARDC_CUDA_GEMM"] if env else "")
@@ -252,9 +257,10 @@ def train_checks(tmp, rng):
             with open(lj) as f:
                 logs[tag] = [json.loads(ln) for ln in f if ln.strip()]
             if dev == "cuda":
-                check(fused_count(r.stderr) == 1 and aux_count(r.stderr) == 1,
+                check(fused_count(r.stderr) == len(want) and aux_count(r.stderr) == 1,
                       f"train {prec} on {tag}: {fused_count(r.stderr)} activations in the "
-                      f"product, {aux_count(r.stderr)} keeping the pre-activation, want 1, 1")
+                      f"product, {aux_count(r.stderr)} keeping the pre-activation, want "
+                      f"{len(want)}, 1")
         for tag, log in logs.items():
             if tag == "cpu" or "cpu" not in logs:
                 continue

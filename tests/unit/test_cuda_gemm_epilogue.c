@@ -15,8 +15,12 @@
  *     within the same bound; the host engine fuses it;
  *   - the emulated library refuses as cuBLASLt does: GELU_AUX without an
  *     aux pointer or with an aux ld of 60, and BIAS without a bias pointer,
- *     with CUBLAS_STATUS_INVALID_VALUE; DGELU (not emulated) and an
- *     epilogue on FP8 operands with CUBLAS_STATUS_NOT_SUPPORTED. */
+ *     with CUBLAS_STATUS_INVALID_VALUE; DGELU_BGRAD (not emulated) and an
+ *     epilogue on FP8 operands with CUBLAS_STATUS_NOT_SUPPORTED; DGELU
+ *     with its aux input accepted;
+ *   - DGELU (sc_gemm act DGELU_TANH, act_in X): act_out = (A·B) ·
+ *     gelu'(X) on both engines, f32 and bf16, against the double
+ *     reference within the same bounds (of Σ|a·b| · max|gelu'|). */
 #include "test_util.h"
 
 #include <math.h>
@@ -97,7 +101,7 @@ static bool gelu_aux(sc_dtype t, int n, const char *lt) {
   assert_string_equal(sc_gpu_gemm_engine(e), lt ? "cublaslt" : "host");
   int32_t id = -1;
   bool fused = false;
-  assert_int_equal(sc_gpu_gemm_add(e, &g, t, da, db, dbias, n, dc, dy, &id, &fused, &d), SC_OK);
+  assert_int_equal(sc_gpu_gemm_add(e, &g, t, da, db, dbias, n, dc, dy, 0, &id, &fused, &d), SC_OK);
   assert_int_equal(sc_gpu_gemm_enqueue(e, id, s, &d), SC_OK);
   assert_int_equal(cu->memcpy_dtoh(c, dc, es * M * n, s), SC_CUDA_SUCCESS);
   assert_int_equal(cu->memcpy_dtoh(y, dy, es * M * n, s), SC_CUDA_SUCCESS);
@@ -130,6 +134,78 @@ static bool gelu_aux(sc_dtype t, int n, const char *lt) {
   cu->mem_free(da), cu->mem_free(db), cu->mem_free(dbias), cu->mem_free(dc), cu->mem_free(dy);
   free(fa), free(fb), free(fbias), free(nan_fill), free(a), free(b), free(bias), free(c), free(y);
   return fused;
+}
+
+/* D = (A [M, K] · B [K, 64]) · gelu'(X [M, 64]) (DGELU_TANH) through
+ * engine lt (NULL: host) in dtype t, against the double reference. */
+static void dgelu(sc_dtype t, const char *lt) {
+  enum { N = 64 };
+  unsigned seed = 11u + (t == SC_DTYPE_BF16);
+  size_t es = sc_dtype_size(t);
+  float fa[M * K], fb[K * N], fx[M * N], nan_fill[M * N];
+  void *a = malloc(es * M * K), *b = malloc(es * K * N), *x = malloc(es * M * N),
+       *y = malloc(es * M * N);
+  assert_true(a && b && x && y);
+  for (int i = 0; i < M * K; i++) fa[i] = uniform(&seed);
+  for (int i = 0; i < K * N; i++) fb[i] = uniform(&seed) / 4;
+  for (int i = 0; i < M * N; i++) fx[i] = uniform(&seed) * 2, nan_fill[i] = NAN;
+  store(t, a, fa, M * K), store(t, b, fb, K * N), store(t, x, fx, M * N), store(t, y, nan_fill, M * N);
+  CUdeviceptr da, db, dx, dc, dy;
+  assert_int_equal(cu->mem_alloc(&da, es * M * K), SC_CUDA_SUCCESS);
+  assert_int_equal(cu->mem_alloc(&db, es * K * N), SC_CUDA_SUCCESS);
+  assert_int_equal(cu->mem_alloc(&dx, es * M * N), SC_CUDA_SUCCESS);
+  assert_int_equal(cu->mem_alloc(&dc, es * M * N), SC_CUDA_SUCCESS);
+  assert_int_equal(cu->mem_alloc(&dy, es * M * N), SC_CUDA_SUCCESS);
+  CUstream s;
+  assert_int_equal(cu->stream_create(&s, SC_CU_STREAM_NON_BLOCKING), SC_CUDA_SUCCESS);
+  assert_int_equal(cu->memcpy_htod(da, a, es * M * K, s), SC_CUDA_SUCCESS);
+  assert_int_equal(cu->memcpy_htod(db, b, es * K * N, s), SC_CUDA_SUCCESS);
+  assert_int_equal(cu->memcpy_htod(dx, x, es * M * N, s), SC_CUDA_SUCCESS);
+  assert_int_equal(cu->memcpy_htod(dy, y, es * M * N, s), SC_CUDA_SUCCESS);
+  sc_gemm g = {.a = 0, .b = 1, .c = 2, .bias = -1, .act_out = 4, .act_in = 3,
+               .act = SC_GEMM_ACT_DGELU_TANH, .batch = 1, .m = M, .n = N, .k = K, .lda = K,
+               .ldb = N, .ldc = N, .alpha = 1.0f};
+  if (lt) assert_int_equal(setenv("SHARDC_CUDA_GEMM", lt, 1), 0);
+  else assert_int_equal(unsetenv("SHARDC_CUDA_GEMM"), 0);
+  sc_diag d = {0};
+  sc_gpu_gemm *e = NULL;
+  assert_int_equal(sc_gpu_gemm_create(cu, &e, &d), SC_OK);
+  int32_t id = -1;
+  bool fused = false;
+  assert_int_equal(sc_gpu_gemm_add(e, &g, t, da, db, 0, 0, dc, dy, dx, &id, &fused, &d), SC_OK);
+  assert_true(fused);
+  assert_int_equal(sc_gpu_gemm_enqueue(e, id, s, &d), SC_OK);
+  assert_int_equal(cu->memcpy_dtoh(y, dy, es * M * N, s), SC_CUDA_SUCCESS);
+  assert_int_equal(cu->stream_synchronize(s), SC_CUDA_SUCCESS);
+  double worst = 0;
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N; j++) {
+      double ref = 0, mag = 0, xv = at(t, x, i * N + j);
+      for (int k = 0; k < K; k++) {
+        double p = at(t, a, i * K + k) * at(t, b, k * N + j);
+        ref += p, mag += fabs(p);
+      }
+      double th = tanh(0.7978845608028654 * (xv + 0.044715 * xv * xv * xv));
+      double dg = 0.5 * (1 + th) + 0.5 * xv * (1 - th * th) * 0.7978845608028654 *
+                                       (1 + 3 * 0.044715 * xv * xv);
+      double got = at(t, y, i * N + j);
+      assert_false(isnan(got));
+      worst = fmax(worst, fabs(got - ref * dg) / (mag * fmax(1.0, fabs(dg))));
+    }
+  printf("%s %s DGELU: %.2e of sum |a.b| max(1, |gelu'|)\n", t == SC_DTYPE_BF16 ? "bf16" : "f32",
+         lt ? lt : "host", worst);
+  assert_true(worst <= (t == SC_DTYPE_BF16 ? 1.0 / 128 : 1e-5));
+  sc_gpu_gemm_destroy(e);
+  assert_int_equal(unsetenv("SHARDC_CUDA_GEMM"), 0);
+  assert_int_equal(cu->stream_destroy(s), SC_CUDA_SUCCESS);
+  cu->mem_free(da), cu->mem_free(db), cu->mem_free(dx), cu->mem_free(dc), cu->mem_free(dy);
+  free(a), free(b), free(x), free(y);
+}
+
+static void test_dgelu(void **state) {
+  (void)state;
+  dgelu(SC_DTYPE_F32, NULL), dgelu(SC_DTYPE_F32, "cublaslt");
+  dgelu(SC_DTYPE_BF16, NULL), dgelu(SC_DTYPE_BF16, "cublaslt");
 }
 
 static void test_gelu_aux(void **state) {
@@ -179,7 +255,10 @@ static void test_library_refusals(void **state) {
   assert_int_equal(lt.desc_set(desc, SC_CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi), 0);
   assert_int_equal(lt.heuristic(h, desc, la, lb, lc, lc, NULL, 1, &res, &found),
                    SC_CUBLAS_STATUS_INVALID_VALUE);
-  epi = 64 | SC_CUBLASLT_EPILOGUE_AUX; /* DGELU: not emulated */
+  epi = SC_CUBLASLT_EPILOGUE_DGELU; /* with its aux input: accepted */
+  assert_int_equal(lt.desc_set(desc, SC_CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi), 0);
+  assert_int_equal(lt.heuristic(h, desc, la, lb, lc, lc, NULL, 1, &res, &found), 0);
+  epi = SC_CUBLASLT_EPILOGUE_DGELU | 16; /* DGELU_BGRAD: not emulated */
   assert_int_equal(lt.desc_set(desc, SC_CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi), 0);
   assert_int_equal(lt.heuristic(h, desc, la, lb, lc, lc, NULL, 1, &res, &found),
                    SC_CUBLAS_STATUS_NOT_SUPPORTED);
@@ -205,7 +284,7 @@ static void test_library_refusals(void **state) {
 }
 
 int main(void) {
-  const struct CMUnitTest tests[] = {cmocka_unit_test(test_gelu_aux),
+  const struct CMUnitTest tests[] = {cmocka_unit_test(test_gelu_aux), cmocka_unit_test(test_dgelu),
                                      cmocka_unit_test(test_library_refusals)};
   return cmocka_run_group_tests(tests, setup, NULL);
 }
