@@ -60,6 +60,15 @@ static void store(sc_dtype t, void *x, const float *f, int64_t n) {
     else ((float *)x)[i] = f[i];
 }
 
+/* Device memory of `bytes`, holding host's bytes (copied on s) unless host
+ * is NULL. */
+static CUdeviceptr upload(const void *host, size_t bytes, CUstream s) {
+  CUdeviceptr d = 0;
+  assert_int_equal(cu->mem_alloc(&d, bytes), SC_CUDA_SUCCESS);
+  if (host) assert_int_equal(cu->memcpy_htod(d, host, bytes, s), SC_CUDA_SUCCESS);
+  return d;
+}
+
 /* C = A [M, K] · B [K, n] + bias [n] with act_aux, through engine `lt`
  * ("cublaslt" or NULL: host), in dtype t; checks C and act_out as the
  * module comment says; returns whether the entry was fused. */
@@ -77,19 +86,11 @@ static bool gelu_aux(sc_dtype t, int n, const char *lt) {
   for (int i = 0; i < M * n; i++) nan_fill[i] = NAN;
   store(t, a, fa, M * K), store(t, b, fb, K * n), store(t, bias, fbias, n);
   store(t, c, nan_fill, M * n);
-  CUdeviceptr da, db, dbias, dc, dy;
-  assert_int_equal(cu->mem_alloc(&da, es * M * K), SC_CUDA_SUCCESS);
-  assert_int_equal(cu->mem_alloc(&db, es * K * n), SC_CUDA_SUCCESS);
-  assert_int_equal(cu->mem_alloc(&dbias, es * n), SC_CUDA_SUCCESS);
-  assert_int_equal(cu->mem_alloc(&dc, es * M * n), SC_CUDA_SUCCESS);
-  assert_int_equal(cu->mem_alloc(&dy, es * M * n), SC_CUDA_SUCCESS);
   CUstream s;
   assert_int_equal(cu->stream_create(&s, SC_CU_STREAM_NON_BLOCKING), SC_CUDA_SUCCESS);
-  assert_int_equal(cu->memcpy_htod(da, a, es * M * K, s), SC_CUDA_SUCCESS);
-  assert_int_equal(cu->memcpy_htod(db, b, es * K * n, s), SC_CUDA_SUCCESS);
-  assert_int_equal(cu->memcpy_htod(dbias, bias, es * n, s), SC_CUDA_SUCCESS);
-  assert_int_equal(cu->memcpy_htod(dc, c, es * M * n, s), SC_CUDA_SUCCESS);
-  assert_int_equal(cu->memcpy_htod(dy, c, es * M * n, s), SC_CUDA_SUCCESS);
+  CUdeviceptr da = upload(a, es * M * K, s), db = upload(b, es * K * n, s),
+              dbias = upload(bias, es * n, s), dc = upload(c, es * M * n, s),
+              dy = upload(c, es * M * n, s);
   sc_gemm g = {.a = 0, .b = 1, .c = 2, .bias = 3, .act_out = 4, .act = SC_GEMM_ACT_GELU_TANH,
                .act_aux = true, .batch = 1, .m = M, .n = n, .k = K, .lda = K, .ldb = n,
                .ldc = n, .alpha = 1.0f};
@@ -150,18 +151,11 @@ static void dgelu(sc_dtype t, const char *lt) {
   for (int i = 0; i < K * N; i++) fb[i] = uniform(&seed) / 4;
   for (int i = 0; i < M * N; i++) fx[i] = uniform(&seed) * 2, nan_fill[i] = NAN;
   store(t, a, fa, M * K), store(t, b, fb, K * N), store(t, x, fx, M * N), store(t, y, nan_fill, M * N);
-  CUdeviceptr da, db, dx, dc, dy;
-  assert_int_equal(cu->mem_alloc(&da, es * M * K), SC_CUDA_SUCCESS);
-  assert_int_equal(cu->mem_alloc(&db, es * K * N), SC_CUDA_SUCCESS);
-  assert_int_equal(cu->mem_alloc(&dx, es * M * N), SC_CUDA_SUCCESS);
-  assert_int_equal(cu->mem_alloc(&dc, es * M * N), SC_CUDA_SUCCESS);
-  assert_int_equal(cu->mem_alloc(&dy, es * M * N), SC_CUDA_SUCCESS);
   CUstream s;
   assert_int_equal(cu->stream_create(&s, SC_CU_STREAM_NON_BLOCKING), SC_CUDA_SUCCESS);
-  assert_int_equal(cu->memcpy_htod(da, a, es * M * K, s), SC_CUDA_SUCCESS);
-  assert_int_equal(cu->memcpy_htod(db, b, es * K * N, s), SC_CUDA_SUCCESS);
-  assert_int_equal(cu->memcpy_htod(dx, x, es * M * N, s), SC_CUDA_SUCCESS);
-  assert_int_equal(cu->memcpy_htod(dy, y, es * M * N, s), SC_CUDA_SUCCESS);
+  CUdeviceptr da = upload(a, es * M * K, s), db = upload(b, es * K * N, s),
+              dx = upload(x, es * M * N, s), dc = upload(NULL, es * M * N, s),
+              dy = upload(y, es * M * N, s);
   sc_gemm g = {.a = 0, .b = 1, .c = 2, .bias = -1, .act_out = 4, .act_in = 3,
                .act = SC_GEMM_ACT_DGELU_TANH, .batch = 1, .m = M, .n = N, .k = K, .lda = K,
                .ldb = N, .ldc = N, .alpha = 1.0f};
