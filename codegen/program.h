@@ -83,10 +83,11 @@ typedef enum sc_gemm_act {
   SC_GEMM_ACT_NONE,
   SC_GEMM_ACT_RELU,      /* max(x, 0) */
   SC_GEMM_ACT_GELU_TANH, /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+  SC_GEMM_ACT_DGELU_TANH, /* x · gelu_tanh'(act_in): a backward pass's dY · GELU'(input) */
   SC_GEMM_ACT_COUNT
 } sc_gemm_act;
 
-/* "none", "relu", "gelu_tanh" */
+/* "none", "relu", "gelu_tanh", "dgelu_tanh" */
 const char *sc_gemm_act_name(sc_gemm_act a);
 
 /* C[b] = alpha * op(A[b]) @ op(B[b]) + beta * C[b], row-major, batched with
@@ -109,9 +110,19 @@ typedef struct sc_gemm {
    * instead (cuBLASLt's RELU and GELU epilogues), writing act_out and not
    * C, and skip the kernel, when act_out is C's storage or apart from A, B
    * and the bias (the memory plan may give it an operand's storage: they
-   * die before the epilogue). Any other device runs the kernel. */
+   * die before the epilogue). Any other device runs the kernel.
+   * act_aux says C is read after the step too (a graph output, or, in a
+   * training step, the backward pass's read of the pre-activation): a
+   * device applying act in the product must then write C as well, with
+   * act_out apart from C and the operands (cuBLASLt's GELU_AUX epilogue
+   * writes C as its aux output; no epilogue gives back ReLU's input).
+   * DGELU_TANH reads a second buffer, act_in (of C's dtype and layout,
+   * C contiguous): act_out = C · gelu_tanh'(act_in) (cuBLASLt's DGELU
+   * epilogue, act_in its aux input; act_out apart from act_in). */
   sc_gemm_act act;
   int32_t act_out;            /* that buffer (meaningful with act only) */
+  bool act_aux;
+  int32_t act_in;             /* DGELU_TANH's second input, else -1 */
   /* When fp8 is set, A and B are f32 widenings of FP8 values (an FP8
    * training step's quantized operands: passes/fp8.c) that are also held
    * in buffers a8 and b8 (f8e4m3fn or f8e5m2, A's and B's layout): a
