@@ -783,8 +783,9 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
      * gradient on before the weight piece runs (the weight gradients and
      * their accumulation), so a rank ends at M(F+B+W) + (P-1)(F+B)
      * (codegen/pipe_schedule.c), and zero-bubble H1, which holds weight
-     * pieces back to fill the waits, at M(F+B+W) + (P-1)(F+B-W) (Qi et
-     * al. 2023) when M >= P. A chunk that recomputes has no weight pieces
+     * pieces back to fill the waits, at M(F+B+W) + (P-1)(F+B) -
+     * (min(M, P)-1)W: (P-1)(F+B-W) when M >= P (Qi et al. 2023;
+     * docs/planner.md, section 3). A chunk that recomputes has no weight pieces
      * (its backward piece computes its weight gradients: ir/pipe.h), so
      * under full recompute the chain carries them and zb-h1's lists are
      * 1F1B's (the Megatron 145B at pp=12 fsdp=16: the same simulated
@@ -793,9 +794,18 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
      * of bubble estimated against 0.82 s simulated */
     double w = (double)Ls * t.block_weight + t.outside_weight, accum = e_pass - e_cast;
     double chain = fwd + bwd + re + e_pass;
-    if (c->recompute != SC_SEARCH_RECOMPUTE_FULL) {
+    /* interleaved: a microbatch's backward comes back to each rank V
+     * times, and the weight piece of one chunk runs before the backward
+     * piece of the next (its list: B then W), so the chain carries it:
+     * gpt_1p5b at pp=8, dp=2 (h100-sxm:8x2, batch 64, bf16) simulates
+     * 0.62-0.96 of (pp - 1) whole microbatches of bubble at V = 2, 4, M =
+     * 8-32, against 0.52 for 1F1B at M = 8 */
+    if (c->recompute != SC_SEARCH_RECOMPUTE_FULL && V <= 1) {
       chain -= w + accum;
-      if (strcmp(c->schedule, "zb-h1") == 0 && c->microbatches >= c->pp) chain -= w;
+      if (strcmp(c->schedule, "zb-h1") == 0) {
+        double held = (double)(c->microbatches < c->pp ? c->microbatches : c->pp) - 1;
+        chain -= w * held / (double)(c->pp - 1);
+      }
     }
     c->bubble_s = slots * (chain > 0 ? chain : 0);
   }
