@@ -1204,6 +1204,18 @@ static int32_t rows_of(bucketer *b, int32_t x, int64_t lo, int64_t hi, const cha
  * piece), and the pieces concatenated along dim 0. A scatter-add's chunk
  * has one row more (scatter_rows: the next row, or for the last chunk the
  * one before), its piece sliced to the chunk's rows. */
+int64_t sc_partition_split_chunks(int64_t rows, int64_t bytes, int64_t axis, int64_t *per) {
+  int64_t k = 1;
+  if (rows < 1) rows = 1;
+  if (axis > 0 && rows > 1) {
+    k = (bytes + SC_PARTITION_BUCKET_CAP_BYTES - 1) / SC_PARTITION_BUCKET_CAP_BYTES;
+    if (k > rows) k = rows;
+    if (k < 1) k = 1;
+  }
+  *per = (rows + k - 1) / k;
+  return (rows + *per - 1) / *per;
+}
+
 static int32_t scatter_like(bucketer *b, int32_t from, int32_t x, const char *what,
                             int32_t before) {
   sc_graph *L = b->L;
@@ -1211,14 +1223,9 @@ static int32_t scatter_like(bucketer *b, int32_t from, int32_t x, const char *wh
   int64_t axis = ax ? ax->i : 0, stage = stage_of(&L->nodes[from]);
   const sc_value *xv = &L->values[x];
   if (axis < 0) axis += xv->rank;
-  int64_t rows = xv->rank > 0 ? xv->dims[0] : 1, k = 1;
-  if (axis > 0 && rows > 1) {
-    int64_t bytes = sc_value_numel(xv) * (int64_t)sc_dtype_size(xv->dtype);
-    k = (bytes + SC_PARTITION_BUCKET_CAP_BYTES - 1) / SC_PARTITION_BUCKET_CAP_BYTES;
-    if (k > rows) k = rows;
-  }
-  int64_t per = (rows + k - 1) / k;
-  k = (rows + per - 1) / per;
+  int64_t rows = xv->rank > 0 ? xv->dims[0] : 1, per = 0;
+  int64_t k = sc_partition_split_chunks(
+      rows, sc_value_numel(xv) * (int64_t)sc_dtype_size(xv->dtype), axis, &per);
   bool scatter = k > 1 && scatter_add(L, x);
   int32_t y = L->nodes[from].outputs[0];
   int32_t *piece = sc_malloc((size_t)k * sizeof *piece);
