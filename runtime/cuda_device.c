@@ -14,8 +14,11 @@
  *             architecture, else the PTX, through cuModuleLoadDataEx with
  *             the JIT's error and info logs shown on failure. On the
  *             emulated driver the image is the CUDA C itself
- *             (SC_CU_EMU_IMAGE). Launch geometry is the codegen's
- *             (sc_cuda_launch_config).
+ *             (SC_CU_EMU_IMAGE). A bundle's code (opts.cuda) replaces
+ *             the emitted CUDA C; one with CUBINs (a training bundle) is
+ *             loaded as it is, NVRTC never called: its CUBIN for the
+ *             architecture, else PTX that runs there, else refused.
+ *             Launch geometry is the codegen's (sc_cuda_launch_config).
  *   arena     one cuMemAlloc of the memory plan's size: planned equals
  *             allocated on the GPU too. Constants (the weights) get one
  *             more allocation, filled once at bind through a pinned staging
@@ -519,27 +522,89 @@ static sc_status load_image(cuda_ctx *c, const void *image, const char *kind, sc
                      text ? text : "?", (int)r, err_log, info_log[0] ? "; " : "", info_log);
 }
 
-#if SHARDC_HAVE_CUDA
 /* Which images to try (SHARDC_CUDA_MODULE=cubin|ptx forces one): a CUBIN
  * for the architecture first, then the PTX. */
 static bool want_image(const char *kind) {
   const char *m = getenv("SHARDC_CUDA_MODULE");
   return !m || !*m || strcmp(m, kind) == 0;
 }
-#endif
 
-/* Loads the module: the CUDA C on the emulated driver; else a CUBIN that
+/* 90 for "sm_90" or "compute_90"; -1 for anything else, an arch-specific
+ * "sm_90a" included (its PTX runs on that architecture only). */
+static int arch_number(const char *arch) {
+  const char *d = strncmp(arch, "sm_", 3) == 0 ? arch + 3
+                  : strncmp(arch, "compute_", 8) == 0 ? arch + 8 : NULL;
+  if (!d || !d[0] || strspn(d, "0123456789") != strlen(d) || strlen(d) > 3) return -1;
+  return atoi(d);
+}
+
+/* A bundle compiled ahead with its CUBINs (a training bundle: the GPU
+ * compiles nothing): the CUBIN for arch; where there is none for it, or the
+ * driver refuses it (a driver older than the NVRTC that made it), the PTX
+ * of the newest architecture not above arch, which the driver compiles
+ * (PTX runs on its architecture and every later one; an arch-specific
+ * sm_NNa only on its own). A GPU older than every architecture of the
+ * bundle is refused, naming them; so is the emulated GPU (an sm_90), which
+ * then runs the bundle's CUDA C (*emulate set). */
+static sc_status load_bundle_code(cuda_ctx *c, const char *arch, bool *emulate, sc_diag *diag) {
+  const sc_cuda_code *code = &c->o.cuda;
+  int want = arch_number(arch);
+  int32_t cubin = -1, ptx = -1;
+  char have[256] = "";
+  *emulate = false;
+  for (int32_t i = 0; i < code->n_archs; i++) {
+    size_t n = strlen(have);
+    snprintf(have + n, sizeof have - n, "%s%s", n ? ", " : "", code->archs[i]);
+    if (code->cubin[i] && strcmp(code->archs[i], arch) == 0) cubin = i;
+    int v = arch_number(code->archs[i]);
+    bool runs = strcmp(code->archs[i], arch) == 0 || (v >= 0 && want >= 0 && v <= want);
+    if (runs && code->ptx[i] && (ptx < 0 || v > arch_number(code->archs[ptx]))) ptx = i;
+  }
+  if (cubin < 0 && ptx < 0)
+    return sc_diag_set(diag, SC_ERR_UNSUPPORTED, NULL, NULL,
+                       "cuda device: the bundle's kernels are compiled for %s, none of which "
+                       "runs on this GPU, %s (a CUBIN runs on its own architecture, PTX on its "
+                       "own and later ones): compile the model again with --gpu-arch %s",
+                       have, arch, arch);
+  if (c->cu->emulated) {
+    *emulate = true;
+    return SC_OK;
+  }
+  sc_diag cd = {0};
+  sc_diag_clear(&cd);
+  if (cubin >= 0 && want_image("cubin") &&
+      load_image(c, code->cubin[cubin], "bundle cubin", &cd) == SC_OK)
+    return SC_OK;
+  if (ptx >= 0 && want_image("ptx")) return load_image(c, code->ptx[ptx], "bundle ptx", diag);
+  if (cd.status != SC_OK) {
+    *diag = cd;
+    return cd.status;
+  }
+  return sc_diag_set(diag, SC_ERR_UNSUPPORTED, NULL, NULL,
+                     "cuda device: SHARDC_CUDA_MODULE=%s leaves none of the bundle's images "
+                     "for %s (it has %s%s)", getenv("SHARDC_CUDA_MODULE"), arch,
+                     cubin >= 0 ? "a CUBIN" : "PTX", cubin >= 0 && ptx >= 0 ? " and PTX" : "");
+}
+
+/* Loads the module: the CUDA C on the emulated driver; a bundle's own
+ * CUBIN (load_bundle_code) where it has CUBINs; else a CUBIN that
  * NVRTC makes for the architecture, falling back to a bundle's PTX for it
  * or the PTX NVRTC makes of the source (a driver older than the toolkit
  * refuses the CUBIN and may JIT the PTX). */
 static sc_status load_module(cuda_ctx *c, const char *src, sc_diag *diag) {
   const sc_cu *cu = c->cu;
+  const sc_cuda_code *code = &c->o.cuda;
   char *image = NULL;
   sc_status st = SC_OK;
   const char *arch = c->o.gpu_arch ? c->o.gpu_arch : c->arch;
   const char *given = NULL;
-  for (int32_t i = 0; !cu->emulated && i < c->o.n_ptx; i++)
-    if (strcmp(c->o.ptx_archs[i], arch) == 0) given = c->o.ptx[i];
+  bool cubins = false, emulate = false;
+  for (int32_t i = 0; i < code->n_archs; i++) {
+    if (!cu->emulated && strcmp(code->archs[i], arch) == 0) given = code->ptx[i];
+    cubins |= code->cubin && code->cubin[i];
+  }
+  if (cubins && ((st = load_bundle_code(c, arch, &emulate, diag)) != SC_OK || !emulate))
+    return st;
 #if SHARDC_HAVE_CUDA
   size_t len = 0;
   if (!cu->emulated && want_image("cubin")) {
@@ -761,7 +826,7 @@ static sc_status cuda_prepare(void *ctx, const sc_program *p, sc_diag *diag) {
   if (p->n_kernels == 0 && !any_scatter) return SC_OK;
   char *src = NULL;
   sc_status st = SC_OK;
-  if (!c->o.cuda_source) {
+  if (!c->o.cuda.source) {
 #if SHARDC_HAVE_CUDA
     st = sc_cuda_emit_source(p, &src, diag);
 #else
@@ -770,7 +835,7 @@ static sc_status cuda_prepare(void *ctx, const sc_program *p, sc_diag *diag) {
   }
   if (st != SC_OK) return st;
   double t0 = now_s();
-  st = load_module(c, c->o.cuda_source ? c->o.cuda_source : src, diag);
+  st = load_module(c, c->o.cuda.source ? c->o.cuda.source : src, diag);
   sc_free(src);
   c->compile_s = now_s() - t0;
   if (st != SC_OK) return st;
