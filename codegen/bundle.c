@@ -272,6 +272,7 @@ static sc_status write_target_code(writer *w, const sc_program *p, const sc_bund
   sc_status st = o->cubins ? sc_cuda_build_program_cubins(p, o->archs, &b, w->diag)
                            : sc_cuda_build_program(p, o->archs, &b, w->diag);
   if (st) return st;
+  if (o->nvrtc_seconds) *o->nvrtc_seconds = b->compile_seconds;
   st = write_file(w, "kernels.cu", b->source, strlen(b->source), true);
   for (int32_t i = 0; st == SC_OK && i < b->n_archs; i++) {
     char name[64];

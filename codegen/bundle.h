@@ -66,6 +66,7 @@ typedef struct sc_bundle_opts {
   /* cuda: also write each real architecture's CUBIN (kernels.<arch>.cubin),
    * from the NVRTC compile that makes its PTX */
   bool cubins;
+  double *nvrtc_seconds; /* cuda: receives NVRTC's time (all archs), or NULL */
   /* A training step (cpu or cuda; one rank): its manifest, whose parameters' data
    * go to params.bin (borrowed until the write returns); NULL: an
    * inference bundle. */

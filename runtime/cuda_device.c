@@ -91,15 +91,19 @@
  * collective. Without a driver or device, create fails with
  * SC_ERR_UNSUPPORTED and "no CUDA driver" / "no CUDA device". */
 #define _GNU_SOURCE
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "codegen/cuda/cuda.h"
 #include "codegen/device_memory.h"
+#include "codegen/program_json.h"
 #include "runtime/comm.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/cuda_gemm.h"
@@ -218,7 +222,10 @@ struct cuda_ctx {
   CUgraphExec exec;
   bool partial_run;     /* this run skips steps (begin_run's whole false) */
   double compile_s;
-  char image_kind[16]; /* what was loaded: "cubin", "ptx", "emulated" */
+  char image_kind[16]; /* what was loaded: "cubin", "ptx", "emulated",
+                          "bundle cubin", "bundle ptx", "cached cubin" */
+  char source_sha[65]; /* SHA-256 of the CUDA C (the cache's key), or "" */
+  const char *cache;   /* SHARDC_CUDA_CACHE's word on it, or NULL */
   size_t free_at_create; /* cuMemGetInfo's free bytes before anything */
   int64_t const_bytes, arena_bytes;
   pthread_mutex_t mu;  /* err, from stream threads */
@@ -586,6 +593,59 @@ static sc_status load_bundle_code(cuda_ctx *c, const char *arch, bool *emulate, 
                      cubin >= 0 ? "a CUBIN" : "PTX", cubin >= 0 && ptx >= 0 ? " and PTX" : "");
 }
 
+/* SHARDC_CUDA_CACHE=DIR: CUBINs by content, DIR/<SHA-256 of the CUDA
+ * C>.<arch>.cubin (tests/gpu/pack.sh puts the train-speed programs' there,
+ * compiled ahead). The path of src's for arch (sc_malloc'd), or NULL when
+ * the variable is unset or empty. */
+static char *cache_path(cuda_ctx *c, const char *src, const char *arch) {
+  const char *dir = getenv("SHARDC_CUDA_CACHE");
+  if (!dir || !*dir) return NULL;
+  sc_sha256_hex(src, strlen(src), c->source_sha);
+  size_t n = strlen(dir) + strlen(c->source_sha) + strlen(arch) + 16;
+  char *path = sc_malloc(n);
+  if (path) snprintf(path, n, "%s/%s.%s.cubin", dir, c->source_sha, arch);
+  return path;
+}
+
+/* The cached CUBIN at path (sc_malloc'd), or NULL when there is none or it
+ * is not an ELF image (at most 1 GiB). */
+static char *cache_read(const char *path) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return NULL;
+  struct stat sb;
+  char *data = NULL;
+  if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size >= 64 && sb.st_size < (1 << 30) &&
+      (data = sc_malloc((size_t)sb.st_size))) {
+    size_t got = 0;
+    ssize_t r = 1;
+    while (got < (size_t)sb.st_size && (r = read(fd, data + got, (size_t)sb.st_size - got)) > 0)
+      got += (size_t)r;
+    if (got != (size_t)sb.st_size || memcmp(data, "\x7f" "ELF", 4) != 0) {
+      sc_free(data);
+      data = NULL;
+    }
+  }
+  close(fd);
+  return data;
+}
+
+#if SHARDC_HAVE_CUDA
+/* Keeps a CUBIN NVRTC made in the cache (written aside, then renamed: a
+ * reader never sees half of one); a folder that cannot take it is left
+ * alone, the run goes on. */
+static void cache_write(const char *path, const char *image, size_t len) {
+  size_t n = strlen(path) + 32;
+  char *tmp = sc_malloc(n);
+  if (!tmp) return;
+  snprintf(tmp, n, "%s.tmp-%ld", path, (long)getpid());
+  FILE *f = fopen(tmp, "wb");
+  bool ok = f && fwrite(image, 1, len, f) == len;
+  if (f && fclose(f) != 0) ok = false;
+  if (!ok || rename(tmp, path) != 0) remove(tmp);
+  sc_free(tmp);
+}
+#endif
+
 /* Loads the module: the CUDA C on the emulated driver; a bundle's own
  * CUBIN (load_bundle_code) where it has CUBINs; else a CUBIN that
  * NVRTC makes for the architecture, falling back to a bundle's PTX for it
@@ -605,6 +665,19 @@ static sc_status load_module(cuda_ctx *c, const char *src, sc_diag *diag) {
   }
   if (cubins && ((st = load_bundle_code(c, arch, &emulate, diag)) != SC_OK || !emulate))
     return st;
+  char *cpath = cubins ? NULL : cache_path(c, src, arch);
+  char *cached = cpath ? cache_read(cpath) : NULL;
+  c->cache = !cpath ? NULL : cached ? "in SHARDC_CUDA_CACHE" : "not in SHARDC_CUDA_CACHE";
+  bool loaded = false; /* the cached CUBIN, else NVRTC's (the emulated GPU: the CUDA C) */
+  if (cached && !cu->emulated && want_image("cubin")) {
+    loaded = load_image(c, cached, "cached cubin", &(sc_diag){0}) == SC_OK;
+    if (!loaded) c->cache = "SHARDC_CUDA_CACHE's CUBIN refused by the driver";
+  }
+  sc_free(cached);
+  if (loaded) {
+    sc_free(cpath);
+    return SC_OK;
+  }
 #if SHARDC_HAVE_CUDA
   size_t len = 0;
   if (!cu->emulated && want_image("cubin")) {
@@ -612,18 +685,24 @@ static sc_status load_module(cuda_ctx *c, const char *src, sc_diag *diag) {
     char *log = NULL;
     if (sc_cuda_compile(src, arch, true, &image, &len, &log, &cd) == SC_OK) {
       st = load_image(c, image, "cubin", &cd);
+      if (st == SC_OK && cpath) cache_write(cpath, image, len);
       sc_free(image);
       image = NULL;
     }
     sc_free(log);
-    if (cd.status == SC_OK) return SC_OK;
+    if (cd.status == SC_OK) {
+      sc_free(cpath);
+      return SC_OK;
+    }
     if (!want_image("ptx")) {
+      sc_free(cpath);
       *diag = cd;
       return cd.status;
     }
     st = SC_OK; /* on to the PTX */
   }
 #endif
+  sc_free(cpath);
   if (given) {
     image = sc_strdup(given);
     if (!image) return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
@@ -946,6 +1025,9 @@ static void report(cuda_ctx *c) {
   for (int32_t i = 0; i < c->p->n_steps; i++) n_attention += c->attns[i].n > 0;
   size_t free_now = 0, total = 0;
   c->cu->mem_get_info(&free_now, &total);
+  if (c->cache) /* the key tests/gpu/pack.sh's CUBINs are filed under */
+    fprintf(stderr, "shardc: cuda: rank %d kernels: the CUBIN of CUDA C %s is %s\n", c->o.rank,
+            c->source_sha, c->cache);
   fprintf(stderr,
           "shardc: cuda: rank %d on %s (%s), kernels %s, GEMM engine %s (%d activations "
           "in the product, workspace %s, %d f32 products with TF32 operands), %d of %d FP8 "

@@ -202,6 +202,8 @@ int sc_cmd_compile(int argc, char **argv) {
     return sc_cli_usage_error("--emit must be kir, llvm or cuda, got '%s'", co.emit);
   if (!co.emit && !co.out) return sc_cli_usage_error("no output (-o OUT)\nusage: %s", USAGE);
   bo.archs = co.archs;
+  double nvrtc_s = 0;
+  bo.nvrtc_seconds = &nvrtc_s;
   bo.model = base_name(o.file);
   bool partitioned = sc_partition_args_active(&co.pa);
   if (partitioned && co.emit)
@@ -241,9 +243,13 @@ int sc_cmd_compile(int argc, char **argv) {
     else {
       char mesh[256] = "";
       if (partitioned) sc_mesh_format(&dp->mesh, mesh, sizeof mesh);
-      fprintf(stderr, "shardc: wrote %s: a %s%s bundle%s%s (docs/bundle.md)\n", co.out,
+      char nvrtc[96] = "";
+      if (bo.target == SC_BUNDLE_CUDA)
+        snprintf(nvrtc, sizeof nvrtc, "; NVRTC %.1f s (%s)", nvrtc_s,
+                 co.archs ? co.archs : "sm_80,sm_90");
+      fprintf(stderr, "shardc: wrote %s: a %s%s bundle%s%s (docs/bundle.md)%s\n", co.out,
               co.train ? "training " : "", bo.target == SC_BUNDLE_CUDA ? "cuda" : "cpu",
-              partitioned ? " over the mesh " : "", mesh);
+              partitioned ? " over the mesh " : "", mesh, nvrtc);
     }
   }
   sc_train_manifest_destroy(tm);
