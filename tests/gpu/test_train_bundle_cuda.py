@@ -2,7 +2,8 @@
 "Training bundles"): `shardc compile MODEL --train --target cuda --gpu-arch
 sm_90` compiles the training step once, here, into the program, its CUDA C,
 PTX and NVRTC's sm_90 CUBIN, and `shardc train BUNDLE` trains it on a GPU
-without compiling (ctest gpu.test_train_bundle_cuda, about 40 s):
+without compiling (ctest gpu.test_train_bundle_cuda, 17 to 19 s on the loaded 2-core
+machine):
 
   1. the bundle of samples/make_llama.py's llama-tiny (bf16, AdamW, batch 2,
      --recompute none: run-all's train-speed row) lists kernels.cu,
@@ -14,7 +15,9 @@ without compiling (ctest gpu.test_train_bundle_cuda, about 40 s):
      as it refuses CUBIN images) `train BUNDLE` trains bit for bit as `train
      MODEL --device cuda` with the same options: the same --log-json losses
      and gradient norms over 3 steps (seeded token ids), and the same
-     checkpoint files byte for byte;
+     checkpoint files byte for byte; the library's loader (sc_training_load,
+     through the Python package) trains it there too, step 1's loss the
+     CLI's (as float32);
   3. refusals: the bundle on --device cpu (exit 2, naming --device cuda), an
      option compiled into it (--precision, exit 2), a GPU older than its
      code (--gpu-arch sm_80: exit 1, naming sm_90 and the remedy); a later
@@ -137,6 +140,24 @@ def main():
               key == [(x["loss"], x["grad_norm"]) for x in rows["bundle"]],
               f"losses and gradient norms equal: {key} and "
               f"{[(x['loss'], x['grad_norm']) for x in rows['bundle']]}")
+        # the library's sc_training_load (the Python package) trains it on the GPU too
+        lib = os.path.join(os.path.dirname(SHARDC), "libshardc.so")
+        if os.path.exists(lib):
+            code = ("import sys, numpy as np, shardc; t = shardc.load_training(sys.argv[1]); "
+                    "r = t.step({'input_ids': np.load(sys.argv[2])[:2]}, "
+                    "labels=np.load(sys.argv[3])[:2], lr=3e-4); print(repr(r.loss))")
+            env = dict(os.environ, SHARDC_CUDA_EMU="1", SHARDC_LIBRARY=lib,
+                       PYTHONPATH=os.path.join(SRC, "python"))
+            r = subprocess.run([sys.executable, "-c", code, bundle, ids, labels],
+                               capture_output=True, text=True, env=env, timeout=600)
+            f32 = lambda x: struct.unpack("<f", struct.pack("<f", x))[0]  # noqa: E731
+            check(r.returncode == 0 and key and
+                  f32(float(r.stdout.strip() or "nan")) == f32(key[0][0]),
+                  f"sc_training_load (Python) on the emulated GPU: step 1's loss "
+                  f"{r.stdout.strip()} (the CLI's {key[0][0] if key else None}) "
+                  f"{r.stderr[-300:]}")
+        else:
+            print(f"skip: no {lib}: the library's loader not checked")
         files = sorted(os.listdir(saves["model"])) if os.path.isdir(saves["model"]) else []
         same = [f for f in files if open(os.path.join(saves["model"], f), "rb").read() ==
                 open(os.path.join(saves["bundle"], f), "rb").read()]
