@@ -949,6 +949,8 @@ sc_status sc_training_load(const char *dir, int threads, sc_training **out) {
       t->p = t->bundle->program;
       t->m = t->bundle->train;
       to.cpu_module = t->bundle->kernels;
+      to.cuda = sc_bundle_cuda_code(t->bundle); /* a cuda bundle trains on the GPU */
+      if (to.cuda.source) to.device.name = "cuda";
       st = sc_trainer_create_manifest(t->p, t->m, &to, &t->trainer, &d);
     }
   }

@@ -269,8 +269,10 @@ static sc_status write_target_code(writer *w, const sc_program *p, const sc_bund
   }
 #if SHARDC_HAVE_CUDA
   sc_cuda_build *b = NULL;
-  sc_status st = sc_cuda_build_program(p, o->archs, &b, w->diag);
+  sc_status st = o->cubins ? sc_cuda_build_program_cubins(p, o->archs, &b, w->diag)
+                           : sc_cuda_build_program(p, o->archs, &b, w->diag);
   if (st) return st;
+  if (o->nvrtc_seconds) *o->nvrtc_seconds = b->compile_seconds;
   st = write_file(w, "kernels.cu", b->source, strlen(b->source), true);
   for (int32_t i = 0; st == SC_OK && i < b->n_archs; i++) {
     char name[64];
@@ -279,6 +281,9 @@ static sc_status write_target_code(writer *w, const sc_program *p, const sc_bund
     size_t n = b->archs[i].ptx_len ? b->archs[i].ptx_len - 1 : 0;
     st = write_file(w, name, b->archs[i].ptx, n, true);
     json_array_append_new(archs, json_string(b->archs[i].arch));
+    snprintf(name, sizeof name, "kernels.%s.cubin", b->archs[i].arch);
+    if (st == SC_OK && b->archs[i].cubin)
+      st = write_file(w, name, b->archs[i].cubin, b->archs[i].cubin_len, true);
   }
   sc_cuda_build_destroy(b);
   return st;
@@ -303,9 +308,10 @@ sc_status sc_bundle_write(const sc_program *p, const sc_bundle_opts *o, const ch
       return sc_diag_set(diag, SC_ERR_USAGE, NULL, NULL,
                          "constant '%s' has no data (weights not loaded)",
                          p->buffers[i].name ? p->buffers[i].name : "?");
-  if (o->train && (o->target != SC_BUNDLE_CPU || p->mesh.n_axes > 0))
+  if (o->train && p->mesh.n_axes > 0)
     return sc_diag_set(diag, SC_ERR_USAGE, NULL, NULL,
-                       "a training bundle is one rank and cpu only");
+                       "a training bundle of a mesh is a partitioned bundle "
+                       "(sc_dist_program_write)");
 
   /* Written into a fresh sibling folder that replaces dir whole at the
    * end: nothing of an earlier bundle (of either kind) survives, and an

@@ -13,6 +13,9 @@
  *   kernels.o      cpu: ELF object, one function per kernel (cpu.h ABI)
  *   kernels.cu     cuda: the CUDA C translation unit (cuda.h ABI)
  *   kernels.<arch>.ptx  cuda: PTX per architecture
+ *   kernels.<arch>.cubin  cuda, with opts.cubins (a training bundle): the
+ *                  CUBIN of the same NVRTC compile per real arch (sm_NN),
+ *                  which a GPU of that arch loads without compiling
  *   training.json  a training bundle (`shardc compile --train`): the step's
  *                  optimizer, loss, precision, data inputs and parameters
  *                  (codegen/train_manifest.h); the manifest says
@@ -60,7 +63,11 @@ typedef struct sc_bundle_opts {
    * constants, whose pieces are per rank: docs/bundle.md). false: such a
    * buffer is an error. */
   bool external_consts;
-  /* A training step (cpu): its manifest, whose parameters' data
+  /* cuda: also write each real architecture's CUBIN (kernels.<arch>.cubin),
+   * from the NVRTC compile that makes its PTX */
+  bool cubins;
+  double *nvrtc_seconds; /* cuda: receives NVRTC's time (all archs), or NULL */
+  /* A training step (cpu or cuda; one rank): its manifest, whose parameters' data
    * go to params.bin (borrowed until the write returns); NULL: an
    * inference bundle. */
   const sc_train_manifest *train;

@@ -369,7 +369,8 @@ sc_status sc_training_bundle_write(const char *model_path, const sc_training_set
  * values, running its compiled kernels; threads: 0 for all cores (a
  * partitioned bundle: per rank, 0 for cores / ranks; its ranks are threads
  * of this process, comm "local"). Its steps equal those of the training
- * it was saved from, bit for bit. Same
+ * it was saved from, bit for bit. A cuda training bundle (`shardc compile
+ * --train --target cuda`) trains on the GPU from its CUBIN. Same
  * failure convention as sc_training_create: a damaged bundle, or an
  * inference bundle, is an error naming the directory (and the file). An
  * inference executable does not load a training bundle either

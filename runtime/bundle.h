@@ -15,8 +15,10 @@
  * every feature kernels.o was compiled for (manifest "cpu") and links
  * kernels.o into a JIT (sc_cpu_load_object), every kernel of the program
  * found by name: pass b->kernels as sc_session_opts.cpu_module and the
- * session runs that code instead of compiling the kir again. A training
- * bundle (`shardc compile --train`) must be cpu and list training.json and
+ * session runs that code instead of compiling the kir again. A cuda
+ * bundle's kernels.cu, PTX and CUBINs (each CUBIN an ELF of its size) are
+ * kept in memory: sc_bundle_cuda_code hands them to a session. A training
+ * bundle (`shardc compile --train`, cpu or cuda) lists training.json and
  * params.bin; both are hashed like the rest, then training.json is checked
  * against the program and params.bin (codegen/train_manifest.h).
  * Errors: SC_ERR_IO (missing or unreadable file), SC_ERR_PARSE (malformed JSON), SC_ERR_INVALID (hash/size mismatch,
@@ -28,6 +30,7 @@
 #include "codegen/cpu/cpu.h"
 #include "codegen/program.h"
 #include "codegen/train_manifest.h"
+#include "runtime/device.h"
 
 typedef struct sc_bundle {
   char *dir;               /* the bundle directory */
@@ -36,6 +39,9 @@ typedef struct sc_bundle {
   char (*archs)[32];       /* "sm_80", ... */
   char *cuda_src;          /* cuda: kernels.cu (NUL-terminated, owned) */
   char **ptx;              /* cuda: [n_archs] kernels.<arch>.ptx (owned) */
+  char **cubin;            /* cuda: [n_archs] kernels.<arch>.cubin, NULL where
+                              the bundle has none (owned) */
+  size_t *cubin_bytes;     /* [n_archs] their sizes */
   sc_program *program;     /* owned */
   void *weights;           /* weights.bin, mapped read-only (NULL if empty) */
   size_t weights_bytes;
@@ -50,6 +56,10 @@ typedef struct sc_bundle {
   void *params;
   size_t params_bytes;
 } sc_bundle;
+
+/* A cuda bundle's code for sc_session_opts.cuda / sc_trainer_opts.cuda
+ * (borrowed from b); all NULL / 0 for a cpu bundle. */
+sc_cuda_code sc_bundle_cuda_code(const sc_bundle *b);
 
 /* True when path is a directory holding a manifest.json. */
 bool sc_bundle_is_dir(const char *path);

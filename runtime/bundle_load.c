@@ -10,7 +10,7 @@
  *      (sc_program_read_json: ids, sizes, kir_verify);
  *   4. the manifest's inputs, outputs, arena_bytes and weights_bytes agree
  *      with the program;
- *   5. a training bundle ("kind": "training", cpu only, training.json and
+ *   5. a training bundle ("kind": "training", training.json and
  *      params.bin listed): training.json checked against the program and
  *      params.bin (codegen/train_manifest.h), which stays mapped;
  *   6. cpu: the host has every CPU feature kernels.o was compiled for
@@ -107,25 +107,45 @@ bool sc_bundle_is_dir(const char *path) {
   return ok;
 }
 
-/* A cuda bundle's kernels.cu or kernels.<arch>.ptx (hashed already), kept
- * as a string. */
+/* A cuda bundle's kernels.cu, kernels.<arch>.ptx (text) or
+ * kernels.<arch>.cubin (an ELF image), hashed already, kept in memory. */
 static sc_status keep_cuda_code(sc_bundle *b, const char *name, const mapped *fm,
                                 const char *dir, sc_diag *d) {
   char **slot = NULL;
+  bool binary = false;
+  int32_t arch = -1;
   if (strcmp(name, "kernels.cu") == 0) slot = &b->cuda_src;
   for (int32_t i = 0; !slot && i < b->n_archs; i++) {
-    char want[96];
-    snprintf(want, sizeof want, "kernels.%s.ptx", b->archs[i]);
-    if (strcmp(name, want) == 0) slot = &b->ptx[i];
+    char ptx[96], cubin[96];
+    snprintf(ptx, sizeof ptx, "kernels.%s.ptx", b->archs[i]);
+    snprintf(cubin, sizeof cubin, "kernels.%s.cubin", b->archs[i]);
+    if (strcmp(name, ptx) == 0) slot = &b->ptx[i];
+    else if (strcmp(name, cubin) == 0) slot = &b->cubin[i], binary = true, arch = i;
   }
   if (!slot) return SC_OK;
-  if (memchr(fm->data ? fm->data : "", 0, fm->bytes))
+  /* a CUBIN: an ELF file (the driver reads it through its header) */
+  static const char elf[4] = {0x7f, 'E', 'L', 'F'};
+  if (binary && (fm->bytes < 64 || memcmp(fm->data, elf, sizeof elf) != 0))
+    return bad(d, SC_ERR_INVALID, dir, "%s is not an ELF image (a CUBIN)", name);
+  if (!binary && memchr(fm->data ? fm->data : "", 0, fm->bytes))
     return bad(d, SC_ERR_INVALID, dir, "%s holds a NUL byte", name);
   sc_free(*slot);
   if (!(*slot = sc_malloc(fm->bytes + 1))) return bad(d, SC_ERR_NOMEM, dir, "out of memory");
   if (fm->bytes) memcpy(*slot, fm->data, fm->bytes);
   (*slot)[fm->bytes] = 0;
+  if (arch >= 0) b->cubin_bytes[arch] = fm->bytes;
   return SC_OK;
+}
+
+sc_cuda_code sc_bundle_cuda_code(const sc_bundle *b) {
+  sc_cuda_code c = {0};
+  if (!b || strcmp(b->target, "cuda") != 0) return c;
+  c.source = b->cuda_src;
+  c.n_archs = b->n_archs;
+  c.archs = (const char(*)[32])b->archs;
+  c.ptx = b->ptx;
+  c.cubin = b->cubin;
+  return c;
 }
 
 void sc_bundle_destroy(sc_bundle *b) {
@@ -138,7 +158,10 @@ void sc_bundle_destroy(sc_bundle *b) {
   if (b->params) munmap(b->params, b->params_bytes);
   if (b->weights) munmap(b->weights, b->weights_bytes);
   for (int32_t i = 0; b->ptx && i < b->n_archs; i++) sc_free(b->ptx[i]);
+  for (int32_t i = 0; b->cubin && i < b->n_archs; i++) sc_free(b->cubin[i]);
   sc_free(b->ptx);
+  sc_free(b->cubin);
+  sc_free(b->cubin_bytes);
   sc_free(b->cuda_src);
   sc_free(b->archs);
   sc_free(b->dir);
@@ -258,11 +281,6 @@ static sc_status load(const char *dir, sc_bundle *b, sc_diag *d) {
              "\"training\"");
     goto out;
   }
-  if (training && strcmp(target, "cpu") != 0) {
-    st = bad(d, SC_ERR_INVALID, dir, "manifest.json: a training bundle for %s (only cpu "
-             "training bundles exist)", target);
-    goto out;
-  }
   if (strcmp(target, "cpu") == 0) {
     json_t *cpu = json_object_get(m, "cpu");
     const char *cname = json_string_value(json_object_get(cpu, "name"));
@@ -311,7 +329,9 @@ static sc_status load(const char *dir, sc_bundle *b, sc_diag *d) {
   b->n_archs = (int32_t)json_array_size(archs);
   b->archs = sc_calloc((size_t)b->n_archs + 1, sizeof *b->archs);
   b->ptx = sc_calloc((size_t)b->n_archs + 1, sizeof *b->ptx);
-  if (!b->archs || !b->ptx) {
+  b->cubin = sc_calloc((size_t)b->n_archs + 1, sizeof *b->cubin);
+  b->cubin_bytes = sc_calloc((size_t)b->n_archs + 1, sizeof *b->cubin_bytes);
+  if (!b->archs || !b->ptx || !b->cubin || !b->cubin_bytes) {
     st = bad(d, SC_ERR_NOMEM, dir, "out of memory");
     goto out;
   }

@@ -14,8 +14,11 @@
  *             architecture, else the PTX, through cuModuleLoadDataEx with
  *             the JIT's error and info logs shown on failure. On the
  *             emulated driver the image is the CUDA C itself
- *             (SC_CU_EMU_IMAGE). Launch geometry is the codegen's
- *             (sc_cuda_launch_config).
+ *             (SC_CU_EMU_IMAGE). A bundle's code (opts.cuda) replaces
+ *             the emitted CUDA C; one with CUBINs (a training bundle) is
+ *             loaded as it is, NVRTC never called: its CUBIN for the
+ *             architecture, else PTX that runs there, else refused.
+ *             Launch geometry is the codegen's (sc_cuda_launch_config).
  *   arena     one cuMemAlloc of the memory plan's size: planned equals
  *             allocated on the GPU too. Constants (the weights) get one
  *             more allocation, filled once at bind through a pinned staging
@@ -88,15 +91,19 @@
  * collective. Without a driver or device, create fails with
  * SC_ERR_UNSUPPORTED and "no CUDA driver" / "no CUDA device". */
 #define _GNU_SOURCE
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "codegen/cuda/cuda.h"
 #include "codegen/device_memory.h"
+#include "codegen/program_json.h"
 #include "runtime/comm.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/cuda_gemm.h"
@@ -218,7 +225,10 @@ struct cuda_ctx {
   CUgraphExec exec;
   bool partial_run;     /* this run skips steps (begin_run's whole false) */
   double compile_s;
-  char image_kind[16]; /* what was loaded: "cubin", "ptx", "emulated" */
+  char image_kind[16]; /* what was loaded: "cubin", "ptx", "emulated",
+                          "bundle cubin", "bundle ptx", "cached cubin" */
+  char source_sha[65]; /* SHA-256 of the CUDA C (the cache's key), or "" */
+  const char *cache;   /* SHARDC_CUDA_CACHE's word on it, or NULL */
   size_t free_at_create; /* cuMemGetInfo's free bytes before anything */
   int64_t const_bytes, arena_bytes;
   pthread_mutex_t mu;  /* err, from stream threads */
@@ -524,27 +534,155 @@ static sc_status load_image(cuda_ctx *c, const void *image, const char *kind, sc
                      text ? text : "?", (int)r, err_log, info_log[0] ? "; " : "", info_log);
 }
 
-#if SHARDC_HAVE_CUDA
 /* Which images to try (SHARDC_CUDA_MODULE=cubin|ptx forces one): a CUBIN
  * for the architecture first, then the PTX. */
 static bool want_image(const char *kind) {
   const char *m = getenv("SHARDC_CUDA_MODULE");
   return !m || !*m || strcmp(m, kind) == 0;
 }
+
+/* 90 for "sm_90" or "compute_90"; -1 for anything else, an arch-specific
+ * "sm_90a" included (its PTX runs on that architecture only). */
+static int arch_number(const char *arch) {
+  const char *d = strncmp(arch, "sm_", 3) == 0 ? arch + 3
+                  : strncmp(arch, "compute_", 8) == 0 ? arch + 8 : NULL;
+  if (!d || !d[0] || strspn(d, "0123456789") != strlen(d) || strlen(d) > 3) return -1;
+  return atoi(d);
+}
+
+/* A bundle compiled ahead with its CUBINs (a training bundle: the GPU
+ * compiles nothing): the CUBIN for arch; where there is none for it, or the
+ * driver refuses it (a driver older than the NVRTC that made it), the PTX
+ * of the newest architecture not above arch, which the driver compiles
+ * (PTX runs on its architecture and every later one; an arch-specific
+ * sm_NNa only on its own). A GPU older than every architecture of the
+ * bundle is refused, naming them; so is the emulated GPU (an sm_90), which
+ * then runs the bundle's CUDA C (*emulate set). */
+static sc_status load_bundle_code(cuda_ctx *c, const char *arch, bool *emulate, sc_diag *diag) {
+  const sc_cuda_code *code = &c->o.cuda;
+  int want = arch_number(arch);
+  int32_t cubin = -1, ptx = -1;
+  char have[256] = "";
+  *emulate = false;
+  for (int32_t i = 0; i < code->n_archs; i++) {
+    size_t n = strlen(have);
+    snprintf(have + n, sizeof have - n, "%s%s", n ? ", " : "", code->archs[i]);
+    if (code->cubin[i] && strcmp(code->archs[i], arch) == 0) cubin = i;
+    int v = arch_number(code->archs[i]);
+    bool runs = strcmp(code->archs[i], arch) == 0 || (v >= 0 && want >= 0 && v <= want);
+    if (runs && code->ptx[i] && (ptx < 0 || v > arch_number(code->archs[ptx]))) ptx = i;
+  }
+  if (cubin < 0 && ptx < 0)
+    return sc_diag_set(diag, SC_ERR_UNSUPPORTED, NULL, NULL,
+                       "cuda device: the bundle's kernels are compiled for %s, none of which "
+                       "runs on this GPU, %s (a CUBIN runs on its own architecture, PTX on its "
+                       "own and later ones): compile the model again with --gpu-arch %s",
+                       have, arch, arch);
+  if (c->cu->emulated) {
+    *emulate = true;
+    return SC_OK;
+  }
+  sc_diag cd = {0};
+  sc_diag_clear(&cd);
+  if (cubin >= 0 && want_image("cubin") &&
+      load_image(c, code->cubin[cubin], "bundle cubin", &cd) == SC_OK)
+    return SC_OK;
+  if (ptx >= 0 && want_image("ptx")) return load_image(c, code->ptx[ptx], "bundle ptx", diag);
+  if (cd.status != SC_OK) {
+    *diag = cd;
+    return cd.status;
+  }
+  return sc_diag_set(diag, SC_ERR_UNSUPPORTED, NULL, NULL,
+                     "cuda device: SHARDC_CUDA_MODULE=%s leaves none of the bundle's images "
+                     "for %s (it has %s%s)", getenv("SHARDC_CUDA_MODULE"), arch,
+                     cubin >= 0 ? "a CUBIN" : "PTX", cubin >= 0 && ptx >= 0 ? " and PTX" : "");
+}
+
+/* SHARDC_CUDA_CACHE=DIR: CUBINs by content, DIR/<SHA-256 of the CUDA
+ * C>.<arch>.cubin (tests/gpu/pack.sh puts the train-speed programs' there,
+ * compiled ahead). The path of src's for arch (sc_malloc'd), or NULL when
+ * the variable is unset or empty. */
+static char *cache_path(cuda_ctx *c, const char *src, const char *arch) {
+  const char *dir = getenv("SHARDC_CUDA_CACHE");
+  if (!dir || !*dir) return NULL;
+  sc_sha256_hex(src, strlen(src), c->source_sha);
+  size_t n = strlen(dir) + strlen(c->source_sha) + strlen(arch) + 16;
+  char *path = sc_malloc(n);
+  if (path) snprintf(path, n, "%s/%s.%s.cubin", dir, c->source_sha, arch);
+  return path;
+}
+
+/* The cached CUBIN at path (sc_malloc'd), or NULL when there is none or it
+ * is not an ELF image (at most 1 GiB). */
+static char *cache_read(const char *path) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return NULL;
+  struct stat sb;
+  char *data = NULL;
+  if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size >= 64 && sb.st_size < (1 << 30) &&
+      (data = sc_malloc((size_t)sb.st_size))) {
+    size_t got = 0;
+    ssize_t r = 1;
+    while (got < (size_t)sb.st_size && (r = read(fd, data + got, (size_t)sb.st_size - got)) > 0)
+      got += (size_t)r;
+    if (got != (size_t)sb.st_size || memcmp(data, "\x7f" "ELF", 4) != 0) {
+      sc_free(data);
+      data = NULL;
+    }
+  }
+  close(fd);
+  return data;
+}
+
+#if SHARDC_HAVE_CUDA
+/* Keeps a CUBIN NVRTC made in the cache (written aside, then renamed: a
+ * reader never sees half of one); a folder that cannot take it is left
+ * alone, the run goes on. */
+static void cache_write(const char *path, const char *image, size_t len) {
+  size_t n = strlen(path) + 32;
+  char *tmp = sc_malloc(n);
+  if (!tmp) return;
+  snprintf(tmp, n, "%s.tmp-%ld", path, (long)getpid());
+  FILE *f = fopen(tmp, "wb");
+  bool ok = f && fwrite(image, 1, len, f) == len;
+  if (f && fclose(f) != 0) ok = false;
+  if (!ok || rename(tmp, path) != 0) remove(tmp);
+  sc_free(tmp);
+}
 #endif
 
-/* Loads the module: the CUDA C on the emulated driver; else a CUBIN that
+/* Loads the module: the CUDA C on the emulated driver; a bundle's own
+ * CUBIN (load_bundle_code) where it has CUBINs; else a CUBIN that
  * NVRTC makes for the architecture, falling back to a bundle's PTX for it
  * or the PTX NVRTC makes of the source (a driver older than the toolkit
  * refuses the CUBIN and may JIT the PTX). */
 static sc_status load_module(cuda_ctx *c, const char *src, sc_diag *diag) {
   const sc_cu *cu = c->cu;
+  const sc_cuda_code *code = &c->o.cuda;
   char *image = NULL;
   sc_status st = SC_OK;
   const char *arch = c->o.gpu_arch ? c->o.gpu_arch : c->arch;
   const char *given = NULL;
-  for (int32_t i = 0; !cu->emulated && i < c->o.n_ptx; i++)
-    if (strcmp(c->o.ptx_archs[i], arch) == 0) given = c->o.ptx[i];
+  bool cubins = false, emulate = false;
+  for (int32_t i = 0; i < code->n_archs; i++) {
+    if (!cu->emulated && strcmp(code->archs[i], arch) == 0) given = code->ptx[i];
+    cubins |= code->cubin && code->cubin[i];
+  }
+  if (cubins && ((st = load_bundle_code(c, arch, &emulate, diag)) != SC_OK || !emulate))
+    return st;
+  char *cpath = cubins ? NULL : cache_path(c, src, arch);
+  char *cached = cpath ? cache_read(cpath) : NULL;
+  c->cache = !cpath ? NULL : cached ? "in SHARDC_CUDA_CACHE" : "not in SHARDC_CUDA_CACHE";
+  bool loaded = false; /* the cached CUBIN, else NVRTC's (the emulated GPU: the CUDA C) */
+  if (cached && !cu->emulated && want_image("cubin")) {
+    loaded = load_image(c, cached, "cached cubin", &(sc_diag){0}) == SC_OK;
+    if (!loaded) c->cache = "SHARDC_CUDA_CACHE's CUBIN refused by the driver";
+  }
+  sc_free(cached);
+  if (loaded) {
+    sc_free(cpath);
+    return SC_OK;
+  }
 #if SHARDC_HAVE_CUDA
   size_t len = 0;
   if (!cu->emulated && want_image("cubin")) {
@@ -552,18 +690,24 @@ static sc_status load_module(cuda_ctx *c, const char *src, sc_diag *diag) {
     char *log = NULL;
     if (sc_cuda_compile(src, arch, true, &image, &len, &log, &cd) == SC_OK) {
       st = load_image(c, image, "cubin", &cd);
+      if (st == SC_OK && cpath) cache_write(cpath, image, len);
       sc_free(image);
       image = NULL;
     }
     sc_free(log);
-    if (cd.status == SC_OK) return SC_OK;
+    if (cd.status == SC_OK) {
+      sc_free(cpath);
+      return SC_OK;
+    }
     if (!want_image("ptx")) {
+      sc_free(cpath);
       *diag = cd;
       return cd.status;
     }
     st = SC_OK; /* on to the PTX */
   }
 #endif
+  sc_free(cpath);
   if (given) {
     image = sc_strdup(given);
     if (!image) return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
@@ -774,7 +918,7 @@ static sc_status cuda_prepare(void *ctx, const sc_program *p, sc_diag *diag) {
   if (p->n_kernels == 0 && !any_scatter) return SC_OK;
   char *src = NULL;
   sc_status st = SC_OK;
-  if (!c->o.cuda_source) {
+  if (!c->o.cuda.source) {
 #if SHARDC_HAVE_CUDA
     st = sc_cuda_emit_source(p, &src, diag);
 #else
@@ -783,7 +927,7 @@ static sc_status cuda_prepare(void *ctx, const sc_program *p, sc_diag *diag) {
   }
   if (st != SC_OK) return st;
   double t0 = now_s();
-  st = load_module(c, c->o.cuda_source ? c->o.cuda_source : src, diag);
+  st = load_module(c, c->o.cuda.source ? c->o.cuda.source : src, diag);
   sc_free(src);
   c->compile_s = now_s() - t0;
   if (st != SC_OK) return st;
@@ -894,6 +1038,9 @@ static void report(cuda_ctx *c) {
   for (int32_t i = 0; i < c->p->n_steps; i++) n_attention += c->attns[i].n > 0;
   size_t free_now = 0, total = 0;
   c->cu->mem_get_info(&free_now, &total);
+  if (c->cache) /* the key tests/gpu/pack.sh's CUBINs are filed under */
+    fprintf(stderr, "shardc: cuda: rank %d kernels: the CUBIN of CUDA C %s is %s\n", c->o.rank,
+            c->source_sha, c->cache);
   fprintf(stderr,
           "shardc: cuda: rank %d on %s (%s), kernels %s, GEMM engine %s (%d activations "
           "in the product, %d keeping the pre-activation, workspace %s, %d f32 products with TF32 operands), %d of %d FP8 "

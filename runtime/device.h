@@ -54,6 +54,18 @@ struct sc_comm;
 struct sc_gemm_packed_b;
 typedef struct sc_thread_pool sc_thread_pool;
 
+/* A cuda bundle's code (runtime/bundle.h: sc_bundle_cuda_code), borrowed,
+ * used instead of emitting and compiling the program's: its CUDA C, and for
+ * n_archs architectures the PTX and, where the bundle has one, the CUBIN
+ * (cubin NULL, or an entry NULL: none). All NULL / 0: none. */
+typedef struct sc_cuda_code {
+  const char *source;
+  int32_t n_archs;
+  const char (*archs)[32];
+  char *const *ptx;
+  char *const *cubin; /* ELF images; the loader checked their headers */
+} sc_cuda_code;
+
 typedef struct sc_device_opts {
   int threads; /* worker threads (CPU); 0 = all online cores */
   int rank;    /* this rank in the mesh (0 alone): the GPU is LOCAL_RANK, or
@@ -69,12 +81,7 @@ typedef struct sc_device_opts {
   int32_t n_comms;
   struct sc_comm *const *comms;
   const int32_t *comm_of;
-  /* CUDA: a bundle's code (borrowed), used instead of emitting it again:
-   * its CUDA C, and PTX for n_ptx architectures; NULL / 0: none */
-  const char *cuda_source;
-  int32_t n_ptx;
-  const char (*ptx_archs)[32];
-  char *const *ptx;
+  sc_cuda_code cuda; /* CUDA: a bundle's code, or none */
   const struct sc_cpu_module *cpu_module; /* CPU: precompiled kernels
                                              (borrowed) or NULL = JIT */
   const void *const *const_data; /* NULL or per buffer: overrides a CONST

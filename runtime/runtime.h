@@ -20,6 +20,7 @@
 
 #include "codegen/device_memory.h"
 #include "codegen/program.h"
+#include "runtime/device.h"
 
 /* A tensor handed in or out: dtype, shape and a pointer to packed row-major
  * data (not owned). */
@@ -52,12 +53,10 @@ bool sc_device_choice_runs_attention(const sc_device_choice *c);
 
 typedef struct sc_session_opts {
   sc_device_choice device;
-  /* cuda: a cuda bundle's code (its kernels.cu, and PTX per architecture),
-   * borrowed; NULL / 0: emitted from the program's kernels */
-  const char *cuda_source;
-  int32_t n_cuda_ptx;
-  const char (*cuda_ptx_archs)[32];
-  char *const *cuda_ptx;
+  /* cuda: a cuda bundle's code (its kernels.cu, PTX and CUBINs per
+   * architecture; runtime/device.h), borrowed; all NULL / 0: emitted from
+   * the program's kernels and compiled */
+  sc_cuda_code cuda;
   int threads;        /* 0 = all cores */
   bool im2col_convs;  /* no direct (cpu) or implicit-GEMM (cuda) convolutions
                          (sc_device_opts) */

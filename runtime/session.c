@@ -729,10 +729,7 @@ sc_status sc_session_create(const sc_program *p, const sc_session_opts *o, sc_se
                           .n_comms = s->n_groups,
                           .comms = s->groups,
                           .comm_of = s->step_group,
-                          .cuda_source = o->cuda_source,
-                          .n_ptx = o->n_cuda_ptx,
-                          .ptx_archs = o->cuda_ptx_archs,
-                          .ptx = o->cuda_ptx};
+                          .cuda = o->cuda};
   for (int32_t g = 0; st == SC_OK && dev->host_arena && g < s->n_groups; g++)
     if (sc_comm_has_streams(s->groups[g]))
       st = sc_diag_set(diag, SC_ERR_USAGE, NULL, NULL,

@@ -224,6 +224,7 @@ sc_status sc_trainer_create(const sc_program *p, const sc_tensor_view *init, int
     so.threads = o ? o->threads : 0;
     if (o) so.device = o->device;
     so.cpu_module = o ? o->cpu_module : NULL;
+    if (o) so.cuda = o->cuda;
     so.world = o ? o->world : NULL;
     so.const_data = o ? o->const_data : NULL;
     st = sc_session_create(p, &so, &t->s, d);

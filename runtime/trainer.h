@@ -48,6 +48,9 @@ typedef struct sc_trainer_opts {
   const struct sc_cpu_module *cpu_module; /* the program's kernels, compiled
                           (a bundle's kernels.o), borrowed: must outlive
                           the trainer; NULL: JIT-compiled from the kir */
+  sc_cuda_code cuda;   /* cuda: a cuda training bundle's code (its CUBINs:
+                          nothing compiled), borrowed; none: emitted and
+                          compiled by NVRTC */
   /* One rank of a partitioned step (runtime/dist_train.h): the world
    * communicator and the rank's sharded constants, as sc_session_opts
    * (borrowed); NULL for one rank. */

@@ -14,8 +14,10 @@
  * (codegen/dist_bundle.h).
  *
  * With --train (and the step's options of train_args.h, shared with
- * `shardc train`) the model becomes its training step (cpu) and OUT a
- * training bundle: the step's program and kernels.o, params.bin (the
+ * `shardc train`) the model becomes its training step and OUT a
+ * training bundle: the step's program and kernels.o (--target cuda: its
+ * CUDA C, PTX and a CUBIN per --gpu-arch sm_NN, compiled here by NVRTC,
+ * so that the GPU that trains it compiles nothing), params.bin (the
  * initial parameters) and training.json (driver/train_bundle.h), which
  * `shardc train OUT` runs; with --mesh too, a partitioned training bundle
  * (the partitioned bundle plus params.bin and training.json of the whole
@@ -139,14 +141,14 @@ static const char *base_name(const char *path) {
   return s ? s + 1 : path;
 }
 
-/* --train: cpu; the step's options only with it. */
-static int check_train(compile_opts *co, const sc_bundle_opts *bo) {
+/* --train: the step's options only with it; a cuda training bundle has
+ * its CUBINs too (nothing compiled where it trains), one rank. */
+static int check_train(compile_opts *co, sc_bundle_opts *bo) {
   if (!co->train) {
     if (co->ta.first) return sc_cli_usage_error("%s needs --train", co->ta.first);
     return 0;
   }
-  if (bo->target != SC_BUNDLE_CPU)
-    return sc_cli_usage_error("--train: a training bundle is cpu only (--target cpu)");
+  bo->cubins = bo->target == SC_BUNDLE_CUDA;
   co->ta.budget_for_search = co->pa.auto_plan;
   return sc_train_args_finish(&co->ta);
 }
@@ -180,7 +182,8 @@ int sc_cmd_compile(int argc, char **argv) {
            "                      weights/rank<r>.bin (docs/bundle.md); `shardc run OUT`\n"
            "                      runs it (--comm mpi under mpirun)\n"
            "  --train             compile the training step (loss, autodiff, optimizer;\n"
-           "                      cpu; with --mesh, partitioned) into a training bundle: OUT also gets\n"
+           "                      cpu, or cuda with a CUBIN per --gpu-arch sm_NN; with\n"
+           "                      --mesh, partitioned, cpu) into a training bundle: OUT also gets\n"
            "                      params.bin and training.json; `shardc train OUT`\n"
            "                      trains it. The step's options, as shardc train's:\n",
            USAGE);
@@ -199,6 +202,8 @@ int sc_cmd_compile(int argc, char **argv) {
     return sc_cli_usage_error("--emit must be kir, llvm or cuda, got '%s'", co.emit);
   if (!co.emit && !co.out) return sc_cli_usage_error("no output (-o OUT)\nusage: %s", USAGE);
   bo.archs = co.archs;
+  double nvrtc_s = 0;
+  bo.nvrtc_seconds = &nvrtc_s;
   bo.model = base_name(o.file);
   bool partitioned = sc_partition_args_active(&co.pa);
   if (partitioned && co.emit)
@@ -238,9 +243,13 @@ int sc_cmd_compile(int argc, char **argv) {
     else {
       char mesh[256] = "";
       if (partitioned) sc_mesh_format(&dp->mesh, mesh, sizeof mesh);
-      fprintf(stderr, "shardc: wrote %s: a %s%s bundle%s%s (docs/bundle.md)\n", co.out,
+      char nvrtc[96] = "";
+      if (bo.target == SC_BUNDLE_CUDA)
+        snprintf(nvrtc, sizeof nvrtc, "; NVRTC %.1f s (%s)", nvrtc_s,
+                 co.archs ? co.archs : "sm_80,sm_90");
+      fprintf(stderr, "shardc: wrote %s: a %s%s bundle%s%s (docs/bundle.md)%s\n", co.out,
               co.train ? "training " : "", bo.target == SC_BUNDLE_CUDA ? "cuda" : "cpu",
-              partitioned ? " over the mesh " : "", mesh);
+              partitioned ? " over the mesh " : "", mesh, nvrtc);
     }
   }
   sc_train_manifest_destroy(tm);

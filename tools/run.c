@@ -983,10 +983,7 @@ int sc_cmd_run(int argc, char **argv) {
   if (st.bundle) so.cpu_module = st.bundle->kernels;
   if (st.bundle && strcmp(st.bundle->target, "cuda") == 0) {
     if (!so.device.name) so.device.name = "cuda";
-    so.cuda_source = st.bundle->cuda_src;
-    so.n_cuda_ptx = st.bundle->n_archs;
-    so.cuda_ptx_archs = (const char(*)[32])st.bundle->archs;
-    so.cuda_ptx = st.bundle->ptx;
+    so.cuda = sc_bundle_cuda_code(st.bundle);
   }
   if (r.verbose) {
     if (st.bundle && strcmp(st.bundle->target, "cuda") == 0)

@@ -29,7 +29,8 @@
  * --steps 0 --save DIR saves the initial state.
  *
  * MODEL may be a training bundle (`shardc compile --train`, docs/bundle.md):
- * its program, kernels.o, initial parameters and training manifest replace
+ * its program, its kernels (kernels.o; a cuda one's CUDA C, PTX and
+ * CUBINs, trained on --device cuda), initial parameters and training manifest replace
  * the build; the options that shape the step (train_args.h, --dim) are
  * compiled into it and refused. Either way the trainer starts from a
  * training manifest (driver/train_bundle.h, runtime/train_bundle.h), so a
@@ -518,6 +519,12 @@ static int open_bundle(const train_args *a, const sc_cli_opts *o, step_source *s
   if (sc_bundle_load(o->file, &src->bundle, &d) != SC_OK ||
       sc_bundle_check_kind(src->bundle, true, &d) != SC_OK)
     return sc_cli_report(&d, o->file);
+  bool cuda = strcmp(src->bundle->target, "cuda") == 0;
+  if (cuda != !sc_device_choice_is_cpu(&a->dev) && (a->dev.name || !cuda))
+    return sc_cli_usage_error("%s: a %s training bundle trains on --device %s (compile the "
+                              "model with --target %s to train on the %s)", o->file,
+                              src->bundle->target, src->bundle->target,
+                              cuda ? "cpu" : "cuda", cuda ? "CPU" : "GPU");
   src->p = src->bundle->program;
   src->m = src->bundle->train;
   if (a->list_params) {
@@ -832,6 +839,8 @@ int sc_cmd_train(int argc, char **argv) {
   }
   if (!rc) rc = check_run_args(&a);
   if (!rc) rc = is_dir(o.file) ? open_bundle(&a, &o, &src) : build_step(&a, &o, &src);
+  if (!rc && src.bundle && strcmp(src.bundle->target, "cuda") == 0)
+    a.dev.name = "cuda"; /* its default device, as `shardc run`'s */
   if (rc) {
     if (rc < 0) rc = 0; /* --list-params */
     goto done;
@@ -854,6 +863,7 @@ int sc_cmd_train(int argc, char **argv) {
   sc_trainer_opts to = {.threads = a.threads, .device = a.dev, .loss_scale = a.loss_scale,
                         .sync_steps = a.sync_steps,
                         .cpu_module = src.bundle ? src.bundle->kernels : NULL,
+                        .cuda = sc_bundle_cuda_code(src.bundle),
                         .init = a.init.n_rules ? &a.init : NULL};
   bool per_process = sc_partition_comm_is_world(a.pa.comm);
   if (per_process && !src.mesh) {

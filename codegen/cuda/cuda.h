@@ -250,6 +250,9 @@ typedef struct sc_cuda_arch_ptx {
   char arch[32];        /* "sm_80" */
   char *ptx;            /* NUL-terminated */
   size_t ptx_len;       /* bytes including the NUL */
+  char *cubin;          /* sc_cuda_build_program_cubins, a real arch sm_NN:
+                           the CUBIN (ELF) of the same compile; else NULL */
+  size_t cubin_len;     /* its bytes */
 } sc_cuda_arch_ptx;
 
 typedef struct sc_cuda_build {
@@ -266,6 +269,12 @@ typedef struct sc_cuda_build {
 #define SC_CUDA_DEFAULT_ARCHS "sm_80,sm_90"
 sc_status sc_cuda_build_program(const sc_program *p, const char *archs,
                                 sc_cuda_build **out, sc_diag *diag);
+/* The same, each real architecture (sm_NN) also with its CUBIN, taken from
+ * the one NVRTC compile that makes its PTX (no GPU needed): what a GPU
+ * would otherwise compile when it loads the program (a training bundle,
+ * docs/bundle.md). compile_seconds: those compiles. */
+sc_status sc_cuda_build_program_cubins(const sc_program *p, const char *archs,
+                                       sc_cuda_build **out, sc_diag *diag);
 /* The same for a list of kernels without a program (tests). */
 sc_status sc_cuda_build_kernels(kir_kernel *const *kernels, int32_t n_kernels,
                                 const char *archs, sc_cuda_build **out,

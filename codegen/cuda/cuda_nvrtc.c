@@ -1,4 +1,4 @@
-/* cuda_nvrtc.c — compiling the emitted CUDA C to PTX with NVRTC.
+/* cuda_nvrtc.c — compiling the emitted CUDA C to PTX (and CUBINs) with NVRTC.
  *
  * Every NVRTC call goes through NVRTC_CHECK, which turns an nvrtcResult into
  * an sc_status carrying the call's text and nvrtcGetErrorString's message.
@@ -130,14 +130,17 @@ sc_status sc_cuda_compile_ptx(const char *src, const char *arch, char **ptx,
   return sc_cuda_compile(src, arch, false, ptx, ptx_len, log, diag);
 }
 
-sc_status sc_cuda_compile(const char *src, const char *arch, bool cubin, char **ptx,
-                          size_t *ptx_len, char **log, sc_diag *diag) {
+/* One NVRTC compile of src for arch: its PTX into *ptx (NUL-terminated,
+ * *ptx_len with the NUL) and, where cubin is not NULL, the CUBIN of the
+ * same compile into *cubin (*cubin_len bytes of ELF; arch sm_NN). */
+static sc_status compile_images(const char *src, const char *arch, char **ptx, size_t *ptx_len,
+                                char **cubin, size_t *cubin_len, char **log, sc_diag *diag) {
   sc_status st = SC_OK;
   nvrtcProgram prog = NULL;
   bool created = false;
-  char *lg = NULL, *out = NULL;
-  *ptx = NULL;
-  *ptx_len = 0;
+  char *lg = NULL, *out = NULL, *bin = NULL;
+  if (ptx) *ptx = NULL, *ptx_len = 0;
+  if (cubin) *cubin = NULL, *cubin_len = 0;
   if (log) *log = NULL;
   if (!src || !arch || !arch_valid(arch))
     return sc_diag_set(diag, SC_ERR_USAGE, NULL, NULL,
@@ -176,40 +179,62 @@ sc_status sc_cuda_compile(const char *src, const char *arch, bool cubin, char **
     goto done;
   }
   size_t n = 0;
-  if (cubin)
-    NVRTC_CHECK(api.GetCUBINSize(prog, &n), diag);
-  else
+  if (ptx) {
     NVRTC_CHECK(nvrtcGetPTXSize(prog, &n), diag);
-  out = sc_malloc(n + 1);
-  if (!out) { st = sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "cuda: out of memory"); goto done; }
-  if (cubin)
-    NVRTC_CHECK(api.GetCUBIN(prog, out), diag);
-  else
+    if (!(out = sc_malloc(n + 1))) {
+      st = sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "cuda: out of memory");
+      goto done;
+    }
     NVRTC_CHECK(nvrtcGetPTX(prog, out), diag);
-  out[n] = 0;
-  *ptx = out;
-  *ptx_len = cubin ? n : strlen(out) + 1;
-  out = NULL;
+    out[n] = 0;
+  }
+  if (cubin) {
+    NVRTC_CHECK(api.GetCUBINSize(prog, &n), diag);
+    if (!(bin = sc_malloc(n + 1))) {
+      st = sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "cuda: out of memory");
+      goto done;
+    }
+    NVRTC_CHECK(api.GetCUBIN(prog, bin), diag);
+    bin[n] = 0;
+    *cubin = bin;
+    *cubin_len = n;
+    bin = NULL;
+  }
+  if (ptx) {
+    *ptx = out;
+    *ptx_len = strlen(out) + 1;
+    out = NULL;
+  }
 
 done:
   if (created) nvrtcDestroyProgram(&prog);
   sc_free(out);
+  sc_free(bin);
   if (log) *log = lg;
   else sc_free(lg);
   return st;
 }
 
+sc_status sc_cuda_compile(const char *src, const char *arch, bool cubin, char **image,
+                          size_t *len, char **log, sc_diag *diag) {
+  return cubin ? compile_images(src, arch, NULL, NULL, image, len, log, diag)
+               : compile_images(src, arch, image, len, NULL, NULL, log, diag);
+}
+
 void sc_cuda_build_destroy(sc_cuda_build *b) {
   if (!b) return;
   sc_free(b->source);
-  for (int32_t i = 0; i < b->n_archs; i++) sc_free(b->archs[i].ptx);
+  for (int32_t i = 0; i < b->n_archs; i++) {
+    sc_free(b->archs[i].ptx);
+    sc_free(b->archs[i].cubin);
+  }
   sc_free(b->archs);
   sc_free(b->launch);
   sc_free(b);
 }
 
 static sc_status build(kir_kernel *const *kernels, int32_t n_kernels,
-                       const sc_program *p, const char *archs,
+                       const sc_program *p, const char *archs, bool cubins,
                        sc_cuda_build **out, sc_diag *diag) {
   *out = NULL;
   if (!archs) archs = SC_CUDA_DEFAULT_ARCHS;
@@ -240,7 +265,9 @@ static sc_status build(kir_kernel *const *kernels, int32_t n_kernels,
     sc_cuda_arch_ptx *a = &b->archs[b->n_archs];
     memcpy(a->arch, s, len);
     a->arch[len] = 0;
-    st = sc_cuda_compile_ptx(b->source, a->arch, &a->ptx, &a->ptx_len, NULL, diag);
+    bool real = cubins && strncmp(a->arch, "sm_", 3) == 0;
+    st = compile_images(b->source, a->arch, &a->ptx, &a->ptx_len, real ? &a->cubin : NULL,
+                        real ? &a->cubin_len : NULL, NULL, diag);
     if (st != SC_OK) goto fail;
     b->n_archs++;
     s += len;
@@ -260,11 +287,16 @@ fail:
 
 sc_status sc_cuda_build_program(const sc_program *p, const char *archs,
                                 sc_cuda_build **out, sc_diag *diag) {
-  return build(p->kernels, p->n_kernels, p, archs, out, diag);
+  return build(p->kernels, p->n_kernels, p, archs, false, out, diag);
+}
+
+sc_status sc_cuda_build_program_cubins(const sc_program *p, const char *archs,
+                                       sc_cuda_build **out, sc_diag *diag) {
+  return build(p->kernels, p->n_kernels, p, archs, true, out, diag);
 }
 
 sc_status sc_cuda_build_kernels(kir_kernel *const *kernels, int32_t n_kernels,
                                 const char *archs, sc_cuda_build **out,
                                 sc_diag *diag) {
-  return build(kernels, n_kernels, NULL, archs, out, diag);
+  return build(kernels, n_kernels, NULL, archs, false, out, diag);
 }

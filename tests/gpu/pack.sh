@@ -6,6 +6,17 @@
 #
 #   bash tests/gpu/pack.sh [BUILD] [OUT.tar.xz]     (default build/, shardc-gpu.tar.xz)
 #
+# It also holds build/cubins/: the CUBINs of the training steps that
+# run-all's train-speed section runs, compiled here by NVRTC for sm_90 (no
+# GPU needed: tests/gpu/train_speed.py make_cubins, `shardc compile --train
+# --target cuda` with the section's options), filed by the SHA-256 of their
+# CUDA C; run-all.sh makes that folder SHARDC_CUDA_CACHE, so the GPU
+# machine loads them instead of compiling (docs/cuda-backend.md). PACK_CUBINS
+# says which: real (default: GPT-2 small and the 1.3B, each variant; the
+# models are written into a temporary folder, 5.5 GB for the 1.3B), tiny
+# (the tiny configs), none, or a folder made before (train_speed.py
+# --make-cubins DIR), copied as it is.
+#
 # The tarball holds build/ (shardc, libshardc.so, the NCCL communicator
 # module, the fake driver, the unit binaries test_cuda,
 # test_cuda_samples, test_comm_cuda_local and test_cuda_attention) and lib/ (every
@@ -34,6 +45,19 @@ cp -P "$bin"/shardc "$bin"/libshardc.so* "$stage/build/"
 [ -f "$bin/fakecuda/libcuda.so.1" ] && mkdir -p "$stage/build/fakecuda" &&
   cp "$bin/fakecuda/libcuda.so.1" "$stage/build/fakecuda/"
 for t in test_cuda test_cuda_samples test_comm_cuda_local test_cuda_attention; do cp "$bin/tests/$t" "$stage/build/tests/"; done
+cubins=${PACK_CUBINS:-real}
+src=$(cd "$(dirname "$0")/../.." && pwd)
+py=${PYTHON:-$src/.venv/bin/python}
+[ -x "$py" ] || py=python3
+case $cubins in
+  none) ;;
+  real | tiny)
+    mkdir -p "$stage/build/cubins"
+    "$py" "$src/tests/gpu/train_speed.py" --make-cubins "$stage/build/cubins" \
+      --shardc "$bin/shardc" $([ "$cubins" = tiny ] && echo --tiny) ;;
+  *) [ -d "$cubins" ] || { echo "pack: PACK_CUBINS=$cubins: not real, tiny, none or a folder" >&2; exit 1; }
+     mkdir -p "$stage/build/cubins" && cp "$cubins"/*.cubin "$stage/build/cubins/" ;;
+esac
 
 # what the host has, or must come from CUDA: left out
 keep_out='/(libc|libm|libdl|libpthread|librt|libutil|libstdc\+\+|libgcc_s|libz|ld-linux-x86-64|libcuda|libcudart|libnccl|libcublas|libcublasLt|libnvrtc)\.so'
@@ -49,4 +73,5 @@ for f in $objs; do
 done
 for f in "$stage"/lib/*; do patchelf --set-rpath '$ORIGIN' "$f"; done
 tar -C "$stage" -cf - . | xz -T0 -6 >"$out"
-echo "pack: $out ($(du -h "$out" | cut -f1)): $(ls "$stage/lib" | wc -l) libraries"
+echo "pack: $out ($(du -h "$out" | cut -f1)): $(ls "$stage/lib" | wc -l) libraries," \
+  "$(ls "$stage/build/cubins" 2>/dev/null | wc -l) CUBINs ($(du -sh "$stage/build/cubins" 2>/dev/null | cut -f1))"

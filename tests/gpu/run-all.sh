@@ -40,7 +40,8 @@
 # tests/gpu/pack.sh here, then SC_BINARY_DIR=kit/build there (pack.sh says how).
 #
 # Environment: SC_BINARY_DIR (the build folder; default build/, built
-# first when it has no shardc), PYTHON (with numpy and onnx; default the
+# first when it has no shardc; its cubins/ folder, when there is one, becomes
+# SHARDC_CUDA_CACHE), PYTHON (with numpy and onnx; default the
 # project's .venv, else python3). Exit: 0 all passed, 1 a check failed, 77
 # no GPU (and no emulation asked for).
 set -u
@@ -72,6 +73,14 @@ fi
 for t in test_cuda test_cuda_samples test_comm_cuda_local test_cuda_attention; do
   [ -x "$bin/tests/$t" ] || cmake --build "$bin" --target "$t" -j "$(nproc)" >/dev/null
 done
+
+# CUBINs compiled ahead (tests/gpu/pack.sh puts the train-speed runs' in the
+# kit's build/cubins): the CUDA device loads a program's CUBIN from there
+# instead of compiling its CUDA C with NVRTC, and files there those it compiles
+if [ -z "${SHARDC_CUDA_CACHE:-}" ] && [ -d "$bin/cubins" ]; then
+  export SHARDC_CUDA_CACHE=$bin/cubins
+  echo "run-all: SHARDC_CUDA_CACHE=$SHARDC_CUDA_CACHE ($(ls "$bin/cubins" | grep -c '\.cubin$') CUBINs)"
+fi
 
 py=${PYTHON:-}
 if [ -z "$py" ]; then

@@ -6,7 +6,8 @@
 # the arena and the planner's calibrate, plan and train, with its accuracy
 # line as information) and write a JSON summary whose counts agree. Then
 # --only, --deadline (a deadline already past skips every check) and --log;
-# then the train-speed section on the tiny configs (tests/gpu/train_speed.py);
+# then the train-speed section on the tiny configs (tests/gpu/train_speed.py),
+# their CUBINs made ahead as pack.sh makes them and found by every run;
 # a check cut at the --deadline (a skip saying so); then
 # tests/gpu/device-check.sh, the one device command, with a budget too small
 # for any part and with two of its parts.
@@ -82,9 +83,15 @@ PY
 
 # the train-speed section, named (it is not in the default run): the tiny
 # configs on the emulated GPU, shardc's side end to end; PyTorch's side runs
-# on the CPU where torch is installed, else is skipped saying so
-SHARDC_CUDA_EMU=1 bash "$here/run-all.sh" train-speed --out "$out/ts" --json "$out/ts.json" \
-  >"$out/log4" 2>&1
+# on the CPU where torch is installed, else is skipped saying so. Its CUBINs
+# made first as pack.sh makes them for the kit (train_speed.py
+# --make-cubins): every shardc run finds its program's CUBIN there (the
+# emulated GPU runs the CUDA C; a GPU would load the CUBIN, NVRTC not called)
+"$py" "$here/train_speed.py" --make-cubins "$out/cubins" --tiny \
+  --shardc "${SHARDC:-$here/../../build/shardc}" >"$out/log-cubins" 2>&1 ||
+  { cat "$out/log-cubins"; echo "FAIL: train_speed.py --make-cubins --tiny"; exit 1; }
+SHARDC_CUDA_EMU=1 SHARDC_CUDA_CACHE="$out/cubins" bash "$here/run-all.sh" train-speed \
+  --out "$out/ts" --json "$out/ts.json" >"$out/log4" 2>&1
 rc=$?
 "$py" - "$out/ts.json" "$out/ts" "$rc" <<'PY' || { tail -n 30 "$out/log4"; exit 1; }
 import json, math, os, sys
@@ -117,6 +124,8 @@ for m in r["models"]:
         assert all(math.isfinite(x) for x in v["losses"]), v
         assert v["median_ms"] > 0 and v["tokens_per_s"] > 0 and v["mfu"] > 0, v
         assert v["peak_bytes"] > 0 and v["state_in_place"] is not None, v
+        # the CUBIN made ahead is this run's program's (the same CUDA C)
+        assert v["kernels"] == "emulated" and v["cubin_cache"] == "in SHARDC_CUDA_CACHE", v
         runs[(m["model"], v["variant"])] = v
 # recompute runs the same operations again: the losses are identical
 assert runs[("llama-tiny", "shardc (none)")]["losses"] == \

@@ -130,22 +130,40 @@ def run_tag(recompute, precision):
     return recompute if precision == "bf16" else precision
 
 
+def step_options(batch, recompute, precision):
+    """The options that shape shardc's training step: `train --device cuda`
+    here, and `compile --train --target cuda` in make_cubins."""
+    return ["--precision", precision, "--optimizer", "adamw", "--dim", f"batch={batch}",
+            "--recompute", recompute]
+
+
+def parse_kernels(stderr):
+    """What SHARDC_CUDA_VERBOSE says of the kernels: the image loaded
+    ("cubin": NVRTC's, "cached cubin": SHARDC_CUDA_CACHE's, "emulated"...)
+    and, with SHARDC_CUDA_CACHE set, whether it holds the program's CUBIN."""
+    m = re.search(r"\(sm_\d+\w*\), kernels ([\w ]+?), GEMM engine", stderr)
+    c = re.search(r"kernels: the CUBIN of CUDA C [0-9a-f]+ is ((?:not )?in SHARDC_CUDA_CACHE)",
+                  stderr)
+    return (m.group(1) if m else None), (c.group(1) if c else None)
+
+
 def run_shardc(ctx, model, c, batch, recompute, precision, ids, labels, steps, tmp):
     tag = run_tag(recompute, precision)
     log = os.path.join(tmp, f"{c['name']}.{tag}.log.jsonl")
     if os.path.exists(log):     # an earlier run's, in a --train-scratch folder
         os.remove(log)
-    cmd = [ctx.shardc, "train", model, "--device", "cuda", "--precision", precision,
-           "--optimizer", "adamw", "--dim", f"batch={batch}", "--data", f"input_ids={ids}",
-           "--labels", labels, "--steps", str(steps), "--lr", str(LR), "--log-json", log,
-           "--recompute", recompute, "--log-every", str(10 ** 6)]
+    cmd = ([ctx.shardc, "train", model, "--device", "cuda"] +
+           step_options(batch, recompute, precision) +
+           ["--data", f"input_ids={ids}", "--labels", labels, "--steps", str(steps),
+            "--lr", str(LR), "--log-json", log, "--log-every", str(10 ** 6)])
     t0 = time.time()
     r = ctx.sh(cmd, {"SHARDC_CUDA_VERBOSE": "1"}, timeout=ctx.cmd_timeout)
     wall = time.time() - t0
     rows = json_lines(open(log).read()) if os.path.exists(log) else []
     arena, weights, taken = parse_verbose(r.stderr)
     inplace = re.search(r"(\d+) of (\d+) state tensors updated in place", r.stdout)
-    return dict(state_in_place=[int(x) for x in inplace.groups()] if inplace else None,side="shardc", variant=f"shardc ({tag})", precision=precision,
+    image, cached = parse_kernels(r.stderr)
+    return dict(kernels=image, cubin_cache=cached,state_in_place=[int(x) for x in inplace.groups()] if inplace else None,side="shardc", variant=f"shardc ({tag})", precision=precision,
                 recompute=recompute, rc=r.returncode,
                 losses=[x["loss"] for x in rows], times_ms=[x["time_ms"] for x in rows],
                 peak_bytes=arena + weights if arena is not None else None,
@@ -190,6 +208,14 @@ def host_state(res):
     return (f"; {k[0]} of {k[1]} state tensors updated in place" +
             (f" (the other {k[1] - k[0]} are copied in and out through host memory every step)"
              if k[0] < k[1] else ""))
+
+
+def kernels_said(res):
+    """The kernels' origin (the kit's CUBIN, or compiled by NVRTC in the run)."""
+    if not res.get("kernels"):
+        return ""
+    return (f"; kernels {res['kernels']}" +
+            (f", the program's CUBIN {res['cubin_cache']}" if res.get("cubin_cache") else ""))
 
 
 def fmt_bytes(b):
@@ -301,6 +327,7 @@ def run(ctx, tmp):
                        f"{res['mfu'] * 100:.3g} %, peak {fmt_bytes(res['peak_bytes'])} "
                        f"({res['peak_detail']}); losses {res['losses'][:LOSS_STEPS]}; "
                        f"{res['wall_s']:.0f} s in all{pred}{host_state(res)}"
+                       f"{kernels_said(res)}"
                        if ok and res["median_ms"] else
                        f"rc {res['rc']}, {len(res['losses'])} of {steps} steps, losses "
                        f"{res['losses'][:5]}: {res['error']}")
@@ -517,3 +544,65 @@ def write_report(out, report):
         lines.append("")
     with open(os.path.join(out, "train-speed.md"), "w") as f:
         f.write("\n".join(lines))
+
+
+def make_cubins(shardc, out, tiny, models=None, arch="sm_90", scratch=None):
+    """The CUBINs of the section's shardc runs, compiled here by NVRTC
+    (`shardc compile MODEL --train --target cuda --gpu-arch ARCH` with the
+    runs' options, no GPU needed), filed for SHARDC_CUDA_CACHE as
+    OUT/<SHA-256 of kernels.cu>.<arch>.cubin (the key under which the CUDA
+    device looks a program's CUBIN up). The bundles themselves are not kept:
+    their params.bin is the whole model's weights. Prints one line per run
+    with NVRTC's time; returns [(model, tag, nvrtc seconds, cubin bytes)]."""
+    import hashlib
+    import shutil
+    import subprocess
+    import tempfile
+    os.makedirs(out, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix="cubins-", dir=scratch)
+    made = []
+    try:
+        for name, batch, runs in TINY if tiny else REAL:
+            if models and name not in models:
+                continue
+            path, _ = model_in(tmp, name)
+            for recompute, precision in runs:
+                tag = run_tag(recompute, precision)
+                bundle = os.path.join(tmp, f"{name}.{tag}.bundle")
+                t0 = time.time()
+                r = subprocess.run([shardc, "compile", path, "--train", "--target", "cuda",
+                                    "--gpu-arch", arch, "-o", bundle] +
+                                   step_options(batch, recompute, precision),
+                                   capture_output=True, text=True)
+                if r.returncode != 0:
+                    raise RuntimeError(f"compile {name} ({tag}): {r.stderr[-600:]}")
+                m = re.search(r"NVRTC ([\d.]+) s", r.stderr)
+                with open(os.path.join(bundle, "kernels.cu"), "rb") as f:
+                    key = hashlib.sha256(f.read()).hexdigest()
+                cubin = os.path.join(out, f"{key}.{arch}.cubin")
+                shutil.copyfile(os.path.join(bundle, f"kernels.{arch}.cubin"), cubin)
+                shutil.rmtree(bundle)
+                made.append((name, tag, float(m.group(1)) if m else None,
+                             os.path.getsize(cubin)))
+                print(f"cubins: {name} ({tag}): NVRTC {made[-1][2]} s, CUBIN "
+                      f"{made[-1][3] / 2**20:.1f} MiB, {time.time() - t0:.0f} s in all",
+                      flush=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return made
+
+
+if __name__ == "__main__":
+    import argparse
+    ap = argparse.ArgumentParser(description="the train-speed runs' CUBINs, compiled ahead "
+                                 "(make_cubins)")
+    ap.add_argument("--make-cubins", metavar="DIR", required=True)
+    ap.add_argument("--shardc", required=True)
+    ap.add_argument("--tiny", action="store_true", help="the tiny configs")
+    ap.add_argument("--train-models", help="comma-separated model names (default: all)")
+    ap.add_argument("--gpu-arch", default="sm_90")
+    ap.add_argument("--scratch", help="where the models are written (default: the temp folder)")
+    a = ap.parse_args()
+    make_cubins(a.shardc, a.make_cubins, a.tiny,
+                set(a.train_models.split(",")) if a.train_models else None, a.gpu_arch,
+                a.scratch)
