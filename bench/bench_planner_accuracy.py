@@ -113,8 +113,15 @@ def profile(a, threads):
            f"{loc[0]['bandwidth_bytes_per_s'] / 1e9:.2f} GB/s, {loc[0]['overhead_s'] * 1e6:.2f} us "
            f"a call (groups of 2..{loc[0]['max_ranks']})" if loc else ""))
     for y in p.get("sync", []):
+        # the planner uses a row only where the runtime gives that many ranks
+        # the profile's threads (an older calibrate wrote the others too)
+        unused = threads_for(y["ranks"]) != p["device"]["threads"]
         print(f"  sync {y['ranks']} ranks: {y['call_s'] * 1e6:.2f} us a meeting, compute "
-              f"x {y['stretch']:.3f}")
+              f"x {y['stretch']:.3f}" + (f" (not used: {y['ranks']} ranks get "
+                                         f"{threads_for(y['ranks'])} thread(s) a rank)"
+                                         if unused else ""))
+    if not p.get("sync"):
+        print("  sync: no rows (no rank count gets this many threads a rank)")
     return path
 
 
