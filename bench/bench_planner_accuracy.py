@@ -10,7 +10,10 @@ Figures printed (never fails on a time; `make bench` runs it):
      T threads. Its run time is printed, and its figures: GEMM rates,
      bandwidth, the local communicator's fit and its sync rows (what a
      meeting of R computing thread-ranks costs, and their compute factor;
-     docs/planner.md, "Ranks that compute and meet").
+     docs/planner.md, "Ranks that compute and meet"). A profile has rows
+     only for the rank counts that get its threads a rank (none for the
+     one-rank profile of all the cores); a reused older profile's other
+     rows are printed "not used", as the planner ignores them.
   2. For each case, the prediction: `shardc plan MODEL --train --dim batch=B
      --optimizer adamw [--precision P] [--recompute R] --mesh M
      --cluster cpu:local@PROFILE --json`'s predicted.step_time_s (when the
