@@ -10,7 +10,10 @@ Figures printed (never fails on a time; `make bench` runs it):
      T threads. Its run time is printed, and its figures: GEMM rates,
      bandwidth, the local communicator's fit and its sync rows (what a
      meeting of R computing thread-ranks costs, and their compute factor;
-     docs/planner.md, "Ranks that compute and meet").
+     docs/planner.md, "Ranks that compute and meet"). A profile has rows
+     only for the rank counts that get its threads a rank (none for the
+     one-rank profile of all the cores); a reused older profile's other
+     rows are printed "not used", as the planner ignores them.
   2. For each case, the prediction: `shardc plan MODEL --train --dim batch=B
      --optimizer adamw [--precision P] [--recompute R] --mesh M
      --cluster cpu:local@PROFILE --json`'s predicted.step_time_s (when the
@@ -113,8 +116,15 @@ def profile(a, threads):
            f"{loc[0]['bandwidth_bytes_per_s'] / 1e9:.2f} GB/s, {loc[0]['overhead_s'] * 1e6:.2f} us "
            f"a call (groups of 2..{loc[0]['max_ranks']})" if loc else ""))
     for y in p.get("sync", []):
+        # the planner uses a row only where the runtime gives that many ranks
+        # the profile's threads (an older calibrate wrote the others too)
+        unused = threads_for(y["ranks"]) != p["device"]["threads"]
         print(f"  sync {y['ranks']} ranks: {y['call_s'] * 1e6:.2f} us a meeting, compute "
-              f"x {y['stretch']:.3f}")
+              f"x {y['stretch']:.3f}" + (f" (not used: {y['ranks']} ranks get "
+                                         f"{threads_for(y['ranks'])} thread(s) a rank)"
+                                         if unused else ""))
+    if not p.get("sync"):
+        print("  sync: no rows (no rank count gets this many threads a rank)")
     return path
 
 

@@ -355,6 +355,12 @@ sc_status sc_dist_step_compute_time(const sc_cluster *c, const sc_program *p, co
   }
 }
 
+bool sc_dist_async_inline(const sc_cluster *c, const sc_program *p, const sc_comm_step *cs) {
+  double in = cs->in >= 0 ? buffer_bytes(p, cs->in) : 0;
+  double out = cs->out >= 0 ? buffer_bytes(p, cs->out) : 0;
+  return cs->async && !sc_cluster_is_gpu(c) && (in > out ? in : out) < SC_ASYNC_INLINE_BYTES;
+}
+
 /* B of cost.h for a COMM step: the whole buffer (gathered output,
  * scattered input, what one rank sends). */
 static double comm_bytes(const sc_program *p, const sc_comm_step *cs) {
@@ -403,6 +409,8 @@ typedef struct step_cost {
   int8_t term;     /* T_* */
   int8_t group;    /* COMM, WAIT, SEND, RECV: the group's index; COPY and
                       its WAIT: -1 */
+  bool inline_start; /* an async COMM the session runs on the calling
+                      thread when its queue is idle (sc_dist_async_inline) */
 } step_cost;
 
 typedef struct groups {
@@ -491,6 +499,7 @@ static sc_status stage_table(const sc_dist_program *dp, int32_t s, const sc_clus
       if (gi < 0) r = inner.status;
       t->group = (int8_t)gi;
       t->bytes = comm_bytes(p, cs);
+      t->inline_start = sc_dist_async_inline(c, p, cs);
       /* a ring's shifted pair (context parallelism: every rank of the
          group sends a block to the next and receives one from the
          previous at the same step, ir/op_comm.h) is a transfer on the
@@ -801,6 +810,8 @@ static sc_status run_steps(sim_ctx *x, rank_state *r, int32_t s, bool *blocked) 
              r->t + t->s * k, 0);
       row->optimizer_s += t->s * k; r->t += t->s * k; row->model_flops += t->flops; break;
     case T_COMM: {
+      /* a small start with nothing in flight runs on the compute thread */
+      bool inline_run = t->inline_start && !(r->qfree[t->group] > r->t);
       double start = r->t > r->qfree[t->group] ? r->t : r->qfree[t->group];
       double end = start + t->s;
       r->qfree[t->group] = end;
@@ -810,8 +821,8 @@ static sc_status run_steps(sim_ctx *x, rank_state *r, int32_t s, bool *blocked) 
       cm->bytes += t->bytes;
       cm->busy_s += t->s;
       row->busy_comm_s += t->s;
-      if (st->comm.async) r->done[r->i] = end;
-      else expose(x, r, t->group, end);
+      r->done[r->i] = end;
+      if (!st->comm.async || inline_run) expose(x, r, t->group, end);
       break;
     }
     case T_COPY:

@@ -200,6 +200,11 @@ bool sc_dist_sim_precision_dtype(const char *precision, sc_cluster_dtype *out);
 void sc_dist_kernel_features(const kir_kernel *k, double *f, bool *split);
 sc_status sc_dist_step_compute_time(const sc_cluster *c, const sc_program *p, const sc_step *st,
                                     double *seconds, double *flops, sc_diag *d);
+/* Whether async COMM step cs of p is one the session on c's device runs
+ * on the calling thread when its queue has nothing in flight (smaller
+ * than SC_ASYNC_INLINE_BYTES, codegen/program.h, on a CPU): the
+ * simulation then makes compute wait for it, as for a synchronous one. */
+bool sc_dist_async_inline(const sc_cluster *c, const sc_program *p, const sc_comm_step *cs);
 /* pl->predicted (source "simulated") from the step of dp on pl's cluster
  * (pl->cluster_figures): the critical rank's figures, the MFU in pl's
  * precision, and peak_bytes_per_rank (the caller's exact count of the

@@ -265,6 +265,14 @@ typedef enum sc_step_kind {
   SC_STEP_KIND_COUNT
 } sc_step_kind;
 
+/* An async COMM step smaller than this (the larger of its input and
+ * output buffers) runs on the calling thread, as a synchronous one, when
+ * its communication queue has nothing in flight, on a device whose
+ * session runs async collectives on threads of its own (the CPU's,
+ * runtime/session.c): handing it to the thread costs more than it takes.
+ * The cost model simulates the same (codegen/dist_sim.c). */
+enum { SC_ASYNC_INLINE_BYTES = 64 * 1024 };
+
 /* A KERNEL step that completes a 2-D max-pool, f32, without Indices (set
  * by the MaxPool lowering, codegen/lower_linalg.c): y [n, c, oh, ow] holds
  * the maximum of each window of x [n, c, h, w], every window starting

@@ -588,10 +588,9 @@ static int64_t comm_bytes(const sc_program *p, const sc_comm_step *c) {
 }
 
 /* A COMM step (module comment). An async start smaller than
- * SC_ASYNC_INLINE_BYTES runs inline when nothing is in flight (its wait then
- * has nothing to wait for): handing it to the thread costs more than it
- * takes. */
-enum { SC_ASYNC_INLINE_BYTES = 64 * 1024 };
+ * SC_ASYNC_INLINE_BYTES (codegen/program.h) runs inline when nothing is in
+ * flight (its wait then has nothing to wait for): handing it to the
+ * thread costs more than it takes. */
 static sc_status comm_step(sc_session *s, int32_t i, sc_diag *diag) {
   if (!s->n_queues || s->step_queue[i] < 0) {
     if (s->seq) s->seq[i] = -1;

@@ -270,9 +270,22 @@ static sc_status cpu_local(sc_cluster *c, sc_diag *d) {
   return SC_OK;
 }
 
+/* The profile's sync row for `ranks` thread-ranks of c's host, when it
+ * was measured with the threads the runtime gives that many ranks
+ * (sc_profile_rank_threads; a profile without a thread count: any), else
+ * NULL. */
+static const sc_profile_sync *sync_row(const sc_cluster *c, int64_t ranks) {
+  if (c->host_cores <= 0) return NULL;
+  const sc_profile_sync *y = sc_profile_find_sync(&c->profile, ranks);
+  if (y && c->profile.threads > 0 &&
+      c->profile.threads != sc_profile_rank_threads(c->host_cores, ranks))
+    return NULL;
+  return y;
+}
+
 double sc_cluster_core_share(const sc_cluster *c, int64_t ranks) {
   if (c->host_cores <= 0) return 1;
-  const sc_profile_sync *y = sc_profile_find_sync(&c->profile, ranks);
+  const sc_profile_sync *y = sync_row(c, ranks);
   if (y) return y->stretch;
   return ranks > c->host_cores ? (double)ranks / (double)c->host_cores : 1;
 }
@@ -286,7 +299,7 @@ double sc_cluster_core_share_busy(const sc_cluster *c, double busy) {
 }
 
 double sc_cluster_sync_call_s(const sc_cluster *c, int64_t ranks) {
-  const sc_profile_sync *y = c->host_cores > 0 ? sc_profile_find_sync(&c->profile, ranks) : NULL;
+  const sc_profile_sync *y = sync_row(c, ranks);
   return y ? y->call_s : 0;
 }
 

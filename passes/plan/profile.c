@@ -525,6 +525,11 @@ const sc_profile_sync *sc_profile_find_sync(const sc_profile *p, int64_t ranks) 
   return NULL;
 }
 
+int64_t sc_profile_rank_threads(int64_t cores, int64_t ranks) {
+  int64_t k = (cores > 0 ? cores : 1) / (ranks > 0 ? ranks : 1);
+  return k >= 1 ? k : 1;
+}
+
 const sc_profile_comm *sc_profile_find_comm(const sc_profile *p, const char *name) {
   for (int32_t i = 0; i < p->n_comms; i++)
     if (strcmp(p->comms[i].name, name) == 0) return &p->comms[i];

@@ -205,6 +205,12 @@ void sc_profile_attention_features(int64_t b, int64_t h, int64_t sq, int64_t skv
 const sc_profile_comm *sc_profile_find_comm(const sc_profile *p, const char *name);
 /* p's sync row for `ranks` thread-ranks, or NULL. */
 const sc_profile_sync *sc_profile_find_sync(const sc_profile *p, int64_t ranks);
+/* The threads each of `ranks` thread-ranks gets on `cores` cores:
+ * max(1, cores / ranks), as runtime/dist_train.c gives them. A sync row
+ * describes ranks of the profile's threads, so it is measured and used
+ * only for rank counts this gives the profile's thread count
+ * (api/calibrate.c measure_sync, passes/plan/cluster.c). */
+int64_t sc_profile_rank_threads(int64_t cores, int64_t ranks);
 
 /* Non-negative least squares: x >= 0 (n_x unknowns, at most
  * SC_PROFILE_MAX_FIT) minimising sum_i (a[i] . x - b[i])^2 over n_rows

@@ -5,7 +5,10 @@ machine (docs/planner.md, section 5).
     every key of the format (docs/planner.md, "The profile file"), and that
     shardc itself reads back strictly: `shardc plan --train --cluster
     cpu:local@FILE --mesh dp=2` predicts a step time (before, cpu:local is
-    "uncalibrated");
+    "uncalibrated"); measured with the threads dp=2's ranks get
+    (max(1, cores // 2)), its sync rows are those of the rank counts that
+    get as many; the default (all cores a rank) writes none, and a row of
+    a profile of other threads a rank changes no prediction;
   * every figure is positive and finite, and sane: each GEMM rate at most
     cores x frequency x 64 FLOP/cycle x 2 (64: two 16-lane fp32 FMA pipes of
     AVX-512, the widest x86 has; 2: the turbo over the base frequency that
@@ -68,9 +71,13 @@ def main():
         check("uncalibrated" in r.stdout + r.stderr,
               f"cpu:local without a profile should say uncalibrated: {r.stdout[-300:]}")
 
+        # the threads each of dp=2's ranks gets (runtime/dist_train.c): the
+        # profile's rates and sync rows are for ranks of that many threads
+        cores = os.cpu_count() or 1
+        t2 = max(1, cores // 2)
         t0 = time.monotonic()
-        r = subprocess.run([SHARDC, "calibrate", "--device", "cpu", "--quick", "-o", prof],
-                           capture_output=True, text=True, timeout=120)
+        r = subprocess.run([SHARDC, "calibrate", "--device", "cpu", "--quick", "--threads",
+                            str(t2), "-o", prof], capture_output=True, text=True, timeout=120)
         took = time.monotonic() - t0
         print(f"calibrate --quick took {took:.1f} s")
         if not check(r.returncode == 0, f"calibrate exit {r.returncode}: {r.stderr[-2000:]}"):
@@ -114,7 +121,7 @@ def main():
               f"({kern.get('op_s')})")
         check(p["format"] == "shardc-profile-1", f"format {p['format']}")
         dev = p["device"]
-        cores = os.cpu_count() or 1
+        check(dev["threads"] == t2, f"device threads {dev['threads']}, want {t2}")
         check(dev["kind"] == "cpu" and dev["name"] and 1 <= dev["threads"] <= cores,
               f"device {dev}")
         bound = cores * cpu_hz() * 64 * 2
@@ -144,11 +151,13 @@ def main():
                   1e6 <= c["bandwidth_bytes_per_s"] <= 1e12, f"local bandwidth {c}")
             check(positive(c["overhead_s"]) and c["max_ranks"] >= 2, f"local {c}")
             # ranks that compute and meet: a row for each group of
-            # 2..max_ranks, a positive call cost under 10 ms (a sanity
-            # bound), a compute factor of at least 1 (never faster than
-            # alone)
+            # 2..max_ranks whose ranks the runtime gives the profile's
+            # threads (max(1, cores // R)), a positive call cost under 10
+            # ms (a sanity bound), a compute factor of at least 1 (never
+            # faster than alone)
             sync = {y["ranks"]: y for y in p.get("sync", [])}
-            check(set(sync) == set(range(2, c["max_ranks"] + 1)), f"sync rows {sorted(sync)}")
+            want = {n for n in range(2, c["max_ranks"] + 1) if max(1, cores // n) == t2}
+            check(2 in want and set(sync) == want, f"sync rows {sorted(sync)}, want {sorted(want)}")
             for y in sync.values():
                 check(set(y) == {"ranks", "call_s", "stretch"} and positive(y["call_s"]) and
                       y["call_s"] < 1e-2 and 1 <= y["stretch"] <= 1e3, f"sync {y}")
@@ -190,6 +199,13 @@ def main():
             if "sync" in p:
                 none = predicted({k: v for k, v in p.items() if k != "sync"})
                 check(none == base, f"a row for 3 ranks changed dp=2: {none} against {base}")
+            # a profile of another thread count a rank: its row for 2 ranks
+            # is not what dp=2's ranks do, and changes nothing
+            other = dict(p, device=dict(p["device"], threads=t2 + 1))
+            none = predicted(dict(other, sync=[{"ranks": 3, "call_s": 1e-3, "stretch": 2.0}]))
+            used = predicted(dict(other, sync=[{"ranks": 2, "call_s": 1e-3, "stretch": 2.0}]))
+            check(none == used, f"a row of {t2 + 1} threads a rank changed dp=2: {used} "
+                                f"against {none}")
 
         # a pipeline's ranks idle through their bubbles and hand-offs, so
         # its compute is stretched by the share of the ranks busy at once
@@ -226,6 +242,19 @@ def main():
         check(r.returncode == 0 or (r.returncode == 1 and "calibrate --device cuda: " in r.stderr
                                     and ("no CUDA" in r.stderr or "CUDA backend" in r.stderr)),
               f"--device cuda: exit {r.returncode}: {r.stderr}")
+        # all the cores a rank (the default): no rank count of 2 or more
+        # gets that many threads, so no sync rows (2 ranks of 2 threads
+        # each on 2 cores measured a call cost below zero and a compute
+        # factor of 114 where none is run)
+        if cores > 1:
+            allc = os.path.join(d, "all-cores.json")
+            r = subprocess.run([SHARDC, "calibrate", "--device", "cpu", "--quick", "-o", allc],
+                               capture_output=True, text=True, timeout=120)
+            if check(r.returncode == 0, f"calibrate (all cores): exit {r.returncode}"):
+                q = json.load(open(allc))
+                check(q["device"]["threads"] == cores and not q.get("sync"),
+                      f"all cores: threads {q['device']['threads']}, sync {q.get('sync')}")
+                check("no row" in r.stderr + r.stdout, "calibrate does not say why no sync rows")
         bad = os.path.join(d, "no-such-dir", "p.json")
         r = subprocess.run([SHARDC, "calibrate", "--quick", "--quiet", "-o", bad],
                            capture_output=True, text=True, timeout=120)

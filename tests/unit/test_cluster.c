@@ -168,6 +168,18 @@ static void test_presets(void **state) {
   assert_true(fabs(sc_cluster_core_share_busy(&c, 1.5) - 1.1) < 1e-12);
   assert_true(fabs(sc_cluster_core_share_busy(&c, 2.25) - 1.35) < 1e-12);
   assert_true(sc_cluster_core_share_busy(&c, 3) == 1.8);
+  /* rows measured with the thread count the runtime gives 2 and 3 ranks of
+     2 cores (max(1, 2 / R) = 1): used; with 2 threads a rank (what one
+     rank gets there): not, the share by the cores and no call cost */
+  assert_int_equal(sc_profile_rank_threads(2, 1), 2);
+  assert_int_equal(sc_profile_rank_threads(2, 3), 1);
+  assert_int_equal(sc_profile_rank_threads(16, 3), 5);
+  assert_int_equal(sc_profile_rank_threads(0, 4), 1);
+  c.profile.threads = 1;
+  assert_true(sc_cluster_core_share(&c, 2) == 1.2 && sc_cluster_sync_call_s(&c, 3) == 1e-5);
+  c.profile.threads = 2;
+  assert_true(sc_cluster_core_share(&c, 2) == 1 && sc_cluster_core_share(&c, 3) == 1.5);
+  assert_true(sc_cluster_sync_call_s(&c, 2) == 0 && sc_cluster_sync_call_s(&c, 3) == 0);
   /* a GPU's ranks have devices of their own */
   assert_int_equal(sc_cluster_preset("h100-sxm:8x4", &c, &d), SC_OK);
   assert_true(c.host_cores == 0 && sc_cluster_core_share(&c, 1024) == 1);

@@ -26,7 +26,12 @@
  *
  * Thread-ranks outnumbering the host's cores (test_busy_share): compute is
  * stretched by the share of the ranks busy at once, each rank busy for its
- * compute and the communication beside it. */
+ * compute and the communication beside it.
+ *
+ * An async all-reduce under SC_ASYNC_INLINE_BYTES started with nothing in
+ * flight on its queue runs on a CPU rank's compute thread (test_inline_start,
+ * runtime/session.c): the step waits for all of it; at 64 KiB, behind
+ * another start, or on a GPU it hides behind the GEMM after it. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -583,6 +588,80 @@ static void test_busy_share(void **state) {
     }
 }
 
+/* [G async all-reduce of `big` f32 (0: none),] S async all-reduce of
+ * `small` f32, E = A @ B 1000 times (a GEMM far longer than either),
+ * WAIT S[, WAIT G]. */
+static sc_dist_program *inline_program(sc_cluster *c, int64_t small, int64_t big) {
+  int32_t a;
+  sc_dist_program *dp = tp8_program(c, &a);
+  sc_program *p = dp->stages[0].program;
+  int64_t mm = 1024 * 1024, n[2] = {big, small};
+  int32_t b = add_buffer(p, "B", SC_DTYPE_BF16, mm), e = add_buffer(p, "E", SC_DTYPE_BF16, mm),
+          k[2] = {-1, -1};
+  for (int i = 0; i < 2; i++) {
+    if (!n[i]) continue;
+    int32_t g = add_buffer(p, i ? "S" : "G", SC_DTYPE_F32, n[i]);
+    sc_step ar = {.kind = SC_STEP_COMM, .kernel = -1, .started = -1};
+    ar.comm = (sc_comm_step){.kind = SC_COMM_ALL_REDUCE, .in = g, .out = g, .pack = -1,
+                             .unpack = -1, .count = n[i], .axes = 1u, .group_size = 8,
+                             .async = true};
+    k[i] = sc_program_add_step(p, &ar);
+    assert_true(k[i] >= 0);
+  }
+  add_gemm(p, a, b, e, 1000, "MatMul"); /* 2.7 ms */
+  for (int i = 1; i >= 0; i--) {
+    if (k[i] < 0) continue;
+    sc_step w = {.kind = SC_STEP_WAIT, .kernel = -1, .started = k[i]};
+    assert_true(sc_program_add_step(p, &w) >= 0);
+  }
+  return dp;
+}
+
+static void test_inline_start(void **state) {
+  (void)state;
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  sc_cluster gpu = preset("h100-sxm:8x1"), cpu = gpu;
+  snprintf(cpu.device_name, sizeof cpu.device_name, "cpu"); /* the CPU device's sessions */
+  assert_false(sc_cluster_is_gpu(&cpu));
+  int64_t under = SC_ASYNC_INLINE_BYTES / 4 - 1, at = SC_ASYNC_INLINE_BYTES / 4;
+  struct {
+    const sc_cluster *c;
+    int64_t small, big;
+    bool exposed; /* the small all-reduce runs on the compute thread */
+  } cases[] = {{&cpu, under, 0, true},   {&cpu, at, 0, false}, {&gpu, under, 0, false},
+               {&cpu, under, at, false}, {&cpu, 1, 0, true}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    sc_dist_program *dp = inline_program(&gpu, cases[i].small, cases[i].big);
+    const sc_program *p = dp->stages[0].program;
+    int32_t s = cases[i].big ? 1 : 0; /* the small start's step */
+    assert_int_equal(sc_dist_async_inline(cases[i].c, p, &p->steps[s].comm),
+                     cases[i].c == &cpu && cases[i].small < at);
+    sc_dist_sim r;
+    assert_int_equal(sc_dist_sim_run(dp, cases[i].c, &r, &d), SC_OK);
+    check_terms(&r);
+    const sc_dist_sim_rank *w = &r.ranks[0];
+    assert_true(w->busy_comm_s > 0 && w->compute_s > 10 * w->busy_comm_s);
+    if (cases[i].exposed) { /* the whole all-reduce, then the GEMM */
+      assert_close(w->exposed_comm_s, w->busy_comm_s);
+      assert_close(r.step_time_s, w->compute_s + w->busy_comm_s);
+    } else { /* hidden behind the GEMM (behind G's when queued after it) */
+      assert_true(w->exposed_comm_s == 0);
+      assert_close(r.step_time_s, w->compute_s);
+    }
+    /* the synchronous step of the same program is never shorter */
+    sc_program *q = dp->stages[0].program;
+    for (int32_t k = 0; k < q->n_steps; k++)
+      if (q->steps[k].kind == SC_STEP_COMM) q->steps[k].comm.async = false;
+    assert_false(sc_dist_async_inline(&cpu, q, &q->steps[s].comm));
+    sc_dist_sim y;
+    assert_int_equal(sc_dist_sim_run(dp, cases[i].c, &y, &d), SC_OK);
+    assert_close(y.step_time_s, w->compute_s + w->busy_comm_s);
+    assert_true(y.step_time_s >= r.step_time_s * (1 - 1e-12));
+    sc_dist_program_destroy(dp);
+  }
+}
+
 /* The CPU's kernel features (sc_dist_kernel_features) of two hand-built
  * kernels, and their time through a profile's kernel model. */
 static void test_kernel_features(void **state) {
@@ -722,6 +801,7 @@ int main(void) {
       cmocka_unit_test(test_zero_bubble),
       cmocka_unit_test(test_trace),
       cmocka_unit_test(test_busy_share),
+      cmocka_unit_test(test_inline_start),
       cmocka_unit_test(test_kernel_features),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
