@@ -777,7 +777,12 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
   c->bubble_s = 0;
   double slots = 0; /* hand-off chain times the critical rank idles */
   if (c->pp > 1) {
-    slots = (double)(c->pp - 1) / V;
+    /* interleaved: (pp - 1) slots too, not (pp - 1)/V: the simulated
+     * schedule (codegen/pipe_schedule.c) idles 0.62-0.96 of (pp - 1) whole
+     * microbatches at V = 2, 4 (below), and counting (pp - 1)/V made the
+     * search prefer interleaved plans the exact check then found slower
+     * (gpt_1p5b on h100-sxm:8x2: 47.3 ms chosen against zb-h1's 41.3) */
+    slots = (double)(c->pp - 1);
     /* the fill and drain pass a microbatch's forward and its backward
      * piece from rank to rank; the backward piece hands the input's
      * gradient on before the weight piece runs (the weight gradients and
