@@ -1,6 +1,6 @@
-/* bucket.c — ZeRO-3's parameter all-gathers, and the gradients'
- * reductions (reduce-scatters, all-reduces), grouped per block
- * (partition.h).
+/* bucket.c — ZeRO-3's parameter all-gathers, ZeRO-1/2's gathers of the
+ * updated parameters, and the gradients' reductions (reduce-scatters,
+ * all-reduces), grouped per block (partition.h).
  *
  * localize gathers each parameter stored split over the fsdp axis right
  * before its use, one AllGather per tensor (per use region: forward, and
@@ -34,6 +34,10 @@
  * copy-in, all-gather, copy-out), and each old gather an Identity of its
  * y_t, so that its readers and its name stay. The bytes every rank sends
  * are the same; the count of collectives falls to one per block and region.
+ * ZeRO-1/2 gather each updated parameter after its update instead
+ * (update_candidate: a shard that a chain of sole readers makes the output
+ * new:P); their groups are formed alike, the bucket placed after the last
+ * member, each member copied out there and its chain moved after it.
  * p->local_end (the global-to-local node map, used only to place stages)
  * is not kept up to date.
  *
@@ -69,6 +73,13 @@
  * and a change of dtype closing the group left them mostly alone. Members
  * keep their relative order, and every
  * rank runs the same program, so the collectives match across ranks.
+ *
+ * Where something reads a member's result before the next member is
+ * reduced (a pipelined norm piece squares each reduced mean before making
+ * the next), the next member's few producing nodes and its reduction are
+ * first moved right after the previous member's (hoist_reductions). After
+ * the buckets, the gradient norm's all-reduces of scalars that add into
+ * one running sum are merged into one (merge_scalar_terms).
  *
  * Before the buckets, a reduce-scatter of "grad:P" = a + b (a parameter
  * read twice: a tied embedding's LM head product and lookup scatter-add)
@@ -897,6 +908,99 @@ static sc_status hoist_reductions(bucketer *b, const sc_stats *stats) {
   return st;
 }
 
+/* Whether node i all-reduces a scalar by a sum, its result read by one Add
+ * alone (a running sum's term: the gradient norm's square of a sharded
+ * gradient, added to a replicated sum). */
+static bool scalar_term(const sc_graph *L, const int32_t *off, const int32_t *users, int32_t i) {
+  if (!is_all_reduce(L, i)) return false;
+  const sc_node *n = &L->nodes[i];
+  const sc_attr *op = sc_node_attr(n, "op");
+  int32_t y = n->outputs[0];
+  if (L->values[y].rank != 0 || (op && op->s && strcmp(op->s, "sum") != 0) ||
+      off[y + 1] - off[y] != 1 || (L->values[y].flags & SC_VALUE_OUTPUT))
+    return false;
+  const sc_node *a = &L->nodes[users[off[y]]];
+  return a->op == SC_OP_ADD && a->n_inputs == 2 && a->n_outputs == 1 && a->outputs[0] >= 0 &&
+         a->inputs[0] != a->inputs[1];
+}
+
+/* Whether Add node a's sum reaches Add node to through Adds alone, each
+ * value on the way read once (by the next) and no step output. */
+static bool sums_into(const sc_graph *L, const int32_t *off, const int32_t *users, int32_t a,
+                      int32_t to) {
+  for (int32_t hop = 0; hop < 4 * CHAIN; hop++) {
+    int32_t v = L->nodes[a].outputs[0];
+    if (v < 0 || off[v + 1] - off[v] != 1 || (L->values[v].flags & SC_VALUE_OUTPUT)) return false;
+    a = users[off[v]];
+    if (a == to) return true;
+    if (L->nodes[a].op != SC_OP_ADD || L->nodes[a].n_outputs != 1) return false;
+  }
+  return false;
+}
+
+/* A run of k >= 2 scalar_terms ar[0..k) whose Adds sum into one another
+ * (sums_into) becomes one all-reduce: the terms' partial values are summed
+ * where each is made (q = p_1 + ... + p_k, each partial over the same axes,
+ * so their sum is the partial of the sum), the last all-reduce reduces q,
+ * and its Add adds it; the earlier Adds pass their running sum on
+ * (Identities) and the earlier all-reduces are Identities nothing reads. */
+static sc_status merge_terms(bucketer *b, const int32_t *off, const int32_t *users,
+                             const int32_t *ar, int32_t k) {
+  sc_graph *L = b->L;
+  int32_t q = L->nodes[ar[0]].inputs[0];
+  for (int32_t j = 1; j < k; j++) {
+    int32_t pj = L->nodes[ar[j]].inputs[0];
+    sc_value pv = L->values[pj]; /* a copy: adding values moves the array */
+    int32_t s = new_value(b, "norm_terms", pv.dtype, 0, NULL);
+    if (s < 0 || emit(b, SC_OP_ADD, L->nodes[ar[j]].name, (int32_t[]){q, pj}, 2, s,
+                      stage_of(&L->nodes[ar[j]]), ar[j]) < 0)
+      return lerr(b);
+    q = s;
+  }
+  for (int32_t j = 0; j < k - 1; j++) {
+    int32_t y = L->nodes[ar[j]].outputs[0], a = users[off[y]];
+    sc_node *add = &L->nodes[a];
+    int32_t run = add->inputs[0] == y ? add->inputs[1] : add->inputs[0];
+    to_identity(b, a, run);
+    add->n_inputs = 1;
+    to_identity(b, ar[j], L->nodes[ar[j]].inputs[0]);
+  }
+  L->nodes[ar[k - 1]].inputs[0] = q;
+  return SC_OK;
+}
+
+/* The gradient norm's all-reduces of scalars merged (merge_terms): a
+ * running sum that has become replicated all-reduces each later sharded
+ * term on its own, one collective a parameter. */
+static sc_status merge_scalar_terms(sc_partition *p, sc_diag *d) {
+  sc_graph *L = p->local;
+  sc_stats stats;
+  bucketer b;
+  if (begin(p, d, &stats, &b) != SC_OK) return d->status;
+  int32_t n0 = L->n_nodes, *off = NULL, *users = NULL, *run = NULL, k = 0;
+  b.moved = sc_calloc((size_t)n0 + 1, sizeof *b.moved);
+  run = sc_malloc(((size_t)n0 + 1) * sizeof *run);
+  sc_status st = b.moved && run && sc_graph_users(L, &off, &users) == SC_OK ? SC_OK : nomem(d);
+  for (int32_t i = 0; st == SC_OK && i <= n0; i++) {
+    bool term = i < n0 && scalar_term(L, off, users, i);
+    int32_t add = term ? users[off[L->nodes[i].outputs[0]]] : -1;
+    bool joins_run = term && k > 0 && stage_of(&L->nodes[i]) == stage_of(&L->nodes[run[0]]) &&
+                     same_reduction(L, i, run[0]) &&
+                     sums_into(L, off, users, users[off[L->nodes[run[k - 1]].outputs[0]]], add);
+    if (i == n0 || (term && !joins_run)) {
+      if (k >= 2) st = merge_terms(&b, off, users, run, k);
+      k = 0;
+    }
+    if (term && st == SC_OK) run[k++] = i;
+  }
+  st = finish(&b, st);
+  sc_free(run);
+  sc_free(off);
+  sc_free(users);
+  sc_stats_free(&stats);
+  return st;
+}
+
 sc_status sc_partition_bucket_reductions(sc_partition *p, sc_diag *d) {
   if (!p->local) return SC_OK;
   sc_graph *L = p->local;
@@ -992,7 +1096,7 @@ sc_status sc_partition_bucket_reductions(sc_partition *p, sc_diag *d) {
   sc_free(off);
   sc_free(users);
   sc_stats_free(&stats);
-  return st;
+  return st == SC_OK ? merge_scalar_terms(p, d) : st;
 }
 
 /* ---- a gradient sum's early part (sc_partition_split_grad_sums) ---- */
