@@ -506,12 +506,21 @@ static double gelu_tanh(double x) {
   return 0.5 * x * (1 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
 }
 
-/* The value of member output v at x (the GEMM's output value c there),
- * in double, or NAN when v is not computed by the ops below from c and
- * one-element constants. val[] caches the members' values (NAN: not yet). */
-static double act_eval(const sc_graph *g, int32_t c, int32_t v, double x, const bool *member,
-                       double *val, int depth) {
+/* Its derivative: ½(1 + th) + ½x(1 − th²)·√(2/π)(1 + 3·0.044715x²). */
+static double dgelu_tanh(double x) {
+  const double k = 0.7978845608028654, b = 0.044715;
+  double th = tanh(k * (x + b * x * x * x));
+  return 0.5 * (1 + th) + 0.5 * x * (1 - th * th) * k * (1 + 3 * b * x * x);
+}
+
+/* The value of member output v at x (the GEMM's output value c there) and
+ * x2 (value c2's, or -1: none), in double, or NAN when v is not computed by
+ * the ops below from c, c2 and one-element constants. val[] caches the
+ * members' values (NAN: not yet). */
+static double act_eval(const sc_graph *g, int32_t c, int32_t c2, int32_t v, double x, double x2,
+                       const bool *member, double *val, int depth) {
   if (v == c) return x;
+  if (v == c2) return x2;
   const sc_value *vv = &g->values[v];
   if (sc_value_is_const(vv)) return vv->data && sc_value_numel(vv) == 1
                                         ? sc_load_f64(vv->dtype, vv->data, 0) : NAN;
@@ -520,9 +529,9 @@ static double act_eval(const sc_graph *g, int32_t c, int32_t v, double x, const 
   if (!isnan(val[pn])) return val[pn];
   const sc_node *n = &g->nodes[pn];
   double a = n->n_inputs > 0 && n->inputs[0] >= 0
-                 ? act_eval(g, c, n->inputs[0], x, member, val, depth + 1) : NAN;
+                 ? act_eval(g, c, c2, n->inputs[0], x, x2, member, val, depth + 1) : NAN;
   double b = n->n_inputs > 1 && n->inputs[1] >= 0
-                 ? act_eval(g, c, n->inputs[1], x, member, val, depth + 1) : NAN;
+                 ? act_eval(g, c, c2, n->inputs[1], x, x2, member, val, depth + 1) : NAN;
   double r = NAN;
   switch (n->op) {
   case SC_OP_IDENTITY: case SC_OP_RESHAPE: case SC_OP_FLATTEN: case SC_OP_SQUEEZE:
@@ -546,30 +555,53 @@ static double act_eval(const sc_graph *g, int32_t c, int32_t v, double x, const 
 }
 
 /* The activation GEMM step s's epilogue kernel computes (sc_gemm.act), the
- * group's other members mem[0..nm) over the GEMM's output value c: NONE
- * unless the kernel reads only C and writes only one buffer, nothing
- * outside the group reads c, and that buffer's value, computed by the
- * members from c and scalar constants, equals the activation at every
- * probe point in [-12, 12] (ReLU exactly, tanh GELU within 1e-6 of
- * max(1, |x|): erf GELU differs from it by up to 2e-4, so it is not
- * taken for it). */
+ * kernel's members mem[0..nm) over the GEMM's output value c: NONE unless
+ * the kernel reads only C and writes only one buffer, of C's dtype, and
+ * that buffer's value, computed by the members from c and scalar
+ * constants, equals the activation at every probe point in [-12, 12]
+ * (ReLU exactly, tanh GELU within 1e-6 of max(1, |x|): erf GELU differs
+ * from it by up to 2e-4, so it is not taken for it). *aux: c is also read
+ * outside the members or is a graph output (sc_gemm.act_aux): then the
+ * tanh GELU only, and not for an FP8 product. A kernel that also reads one
+ * more buffer, of C's dtype, holding a value x2 from outside the members
+ * of C's numel, may compute DGELU_TANH, C · gelu_tanh'(x2) (probed at C =
+ * 1 and -0.625, within 1e-6 of max(1, |value|)), for a GEMM without a bias
+ * whose C is contiguous; *in_buf is then that buffer. */
 static sc_gemm_act epilogue_act(fg *f, sc_lower_ctx *cx, const sc_step *s, int32_t c,
-                                const int32_t *mem, int32_t nm, int32_t *out_buf) {
+                                const int32_t *mem, int32_t nm, int32_t *out_buf, bool *aux,
+                                int32_t *in_buf) {
   const sc_graph *g = f->g;
   const sc_program *p = f->p;
   const kir_kernel *k = p->kernels[s->kernel];
-  if (k->n_params != 2 || k->params[0].written == k->params[1].written || f->is_gout[c])
+  const sc_gemm *gm = &s->gemm;
+  int32_t w = -1, xb = -1, n_c = 0;
+  for (int32_t i = 0; i < k->n_params; i++) {
+    int32_t b = k->params[i].buffer;
+    if (k->params[i].written) {
+      if (w >= 0) return SC_GEMM_ACT_NONE;
+      w = i;
+    } else if (b == gm->c) {
+      n_c++;
+    } else {
+      if (xb >= 0) return SC_GEMM_ACT_NONE;
+      xb = b;
+    }
+  }
+  if (w < 0 || n_c != 1 || k->n_params != (xb >= 0 ? 3 : 2) ||
+      p->buffers[k->params[w].buffer].dtype != p->buffers[gm->c].dtype)
     return SC_GEMM_ACT_NONE;
-  int32_t w = k->params[0].written ? 0 : 1;
-  if (k->params[1 - w].buffer != s->gemm.c) return SC_GEMM_ACT_NONE;
-  int32_t ob = k->params[w].buffer, ov = -1;
+  if (xb >= 0 && (p->buffers[xb].dtype != p->buffers[gm->c].dtype || gm->bias >= 0 ||
+                  gm->fp8 || gm->ldc != gm->n || (gm->batch > 1 && gm->stride_c != gm->m * gm->n)))
+    return SC_GEMM_ACT_NONE;
+  int32_t ob = k->params[w].buffer, ov = -1, c2 = -1;
   bool *member = sc_calloc((size_t)g->n_nodes + 1, sizeof *member);
   double *val = sc_calloc((size_t)g->n_nodes + 1, sizeof *val);
   sc_gemm_act act = SC_GEMM_ACT_NONE;
   if (!member || !val) goto done;
   for (int32_t j = 0; j < nm; j++) member[mem[j]] = true;
+  *aux = f->is_gout[c];
   for (int32_t u = f->uoff[c]; u < f->uoff[c + 1]; u++)
-    if (node_live(&g->nodes[f->users[u]]) && !member[f->users[u]]) goto done;
+    if (node_live(&g->nodes[f->users[u]]) && !member[f->users[u]]) *aux = true;
   for (int32_t j = 0; j < nm; j++) { /* exactly one member output has a buffer: ob's */
     const sc_node *n = &g->nodes[mem[j]];
     for (int32_t o = 0; o < n->n_outputs; o++) {
@@ -580,15 +612,40 @@ static sc_gemm_act epilogue_act(fg *f, sc_lower_ctx *cx, const sc_step *s, int32
     }
   }
   if (ov < 0 || sc_value_numel(&g->values[ov]) != sc_value_numel(&g->values[c])) goto done;
-  bool relu = true, gelu = true;
-  for (int i = 0; i <= ACT_PROBES && (relu || gelu); i++) {
-    double x = -12.0 + 24.0 * i / ACT_PROBES + (i % 2 ? 1e-3 : 0);
-    for (int32_t j = 0; j < nm; j++) val[mem[j]] = NAN; /* only members are cached */
-    double y = act_eval(g, c, ov, x, member, val, 0);
-    relu = relu && y == (x > 0 ? x : 0);
-    gelu = gelu && fabs(y - gelu_tanh(x)) <= 1e-6 * (fabs(x) > 1 ? fabs(x) : 1);
+  if (xb >= 0) { /* the outside value the other buffer holds */
+    for (int32_t j = 0; j < nm; j++) {
+      const sc_node *n = &g->nodes[mem[j]];
+      for (int32_t i = 0; i < n->n_inputs; i++) {
+        int32_t v = n->inputs[i];
+        if (v < 0 || v == c || sc_value_is_const(&g->values[v]) ||
+            (g->values[v].producer >= 0 && member[g->values[v].producer]))
+          continue;
+        if (cx->value_buffer[v] != xb || (c2 >= 0 && c2 != v)) goto done;
+        c2 = v;
+      }
+    }
+    if (c2 < 0 || sc_value_numel(&g->values[c2]) != sc_value_numel(&g->values[c])) goto done;
   }
-  act = relu ? SC_GEMM_ACT_RELU : gelu ? SC_GEMM_ACT_GELU_TANH : SC_GEMM_ACT_NONE;
+  bool relu = xb < 0, gelu = xb < 0, dgelu = xb >= 0;
+  for (int i = 0; i <= ACT_PROBES && (relu || gelu || dgelu); i++) {
+    double x = -12.0 + 24.0 * i / ACT_PROBES + (i % 2 ? 1e-3 : 0);
+    for (int r = 0; r < (dgelu ? 2 : 1); r++) {
+      double cv = r ? -0.625 : 1.0;
+      for (int32_t j = 0; j < nm; j++) val[mem[j]] = NAN; /* only members are cached */
+      double y = dgelu ? act_eval(g, c, c2, ov, cv, x, member, val, 0)
+                       : act_eval(g, c, -1, ov, x, 0, member, val, 0);
+      double want = cv * dgelu_tanh(x);
+      relu = relu && y == (x > 0 ? x : 0);
+      gelu = gelu && fabs(y - gelu_tanh(x)) <= 1e-6 * (fabs(x) > 1 ? fabs(x) : 1);
+      dgelu = dgelu && fabs(y - want) <= 1e-6 * (fabs(want) > 1 ? fabs(want) : 1);
+    }
+  }
+  act = relu ? SC_GEMM_ACT_RELU : gelu ? SC_GEMM_ACT_GELU_TANH
+        : dgelu ? SC_GEMM_ACT_DGELU_TANH : SC_GEMM_ACT_NONE;
+  /* C kept: only GELU_AUX keeps it (no epilogue gives back ReLU's input), and
+   * not for an FP8 product (whose matmul takes no epilogue) */
+  if (*aux && (act != SC_GEMM_ACT_GELU_TANH || s->gemm.fp8)) act = SC_GEMM_ACT_NONE;
+  *in_buf = act == SC_GEMM_ACT_DGELU_TANH ? xb : -1;
   *out_buf = ob;
 done:
   sc_free(member);
@@ -651,6 +708,48 @@ static void take_descale(fg *f, sc_lower_ctx *cx, const sc_node *an, sc_step *gs
   grp->alias_of = c;
 }
 
+/* A group of its own whose one kernel (step ks) reads only the product of
+ * the GEMM step right before it and computes one activation of it (as
+ * epilogue_act finds): the grouping keeps such a group apart when the
+ * product is read elsewhere too (training: the backward pass reads the
+ * pre-activation), so the kernel becomes that GEMM step's epilogue kernel,
+ * with sc_gemm.act and act_aux, and a device may apply the activation in
+ * the product (cuBLASLt's GELU_AUX). The tanh GELU only: no epilogue keeps
+ * a ReLU's input (RELU_AUX keeps a bit mask). Any other kernel stays a
+ * step. */
+static void take_activation(fg *f, sc_lower_ctx *cx, const int32_t *mem, int32_t nm,
+                            int32_t ks) {
+  sc_program *p = f->p;
+  if (ks < 1 || p->steps[ks].kind != SC_STEP_KERNEL) return;
+  sc_step *gs = &p->steps[ks - 1];
+  if (gs->kind != SC_STEP_GEMM || gs->kernel >= 0 || gs->gemm.conv.on || gs->gemm.fp8) return;
+  int32_t c = -1; /* the one value from outside the group the members read */
+  for (int32_t j = 0; j < nm; j++) {
+    const sc_node *n = &f->g->nodes[mem[j]];
+    for (int32_t i = 0; i < n->n_inputs; i++) {
+      int32_t v = n->inputs[i];
+      if (v < 0 || sc_value_is_const(&f->g->values[v])) continue;
+      int32_t pn = f->g->values[v].producer;
+      if (pn >= 0 && f->node_group[pn] == cx->group) continue;
+      if (c >= 0 && c != v) return;
+      c = v;
+    }
+  }
+  if (c < 0 || cx->value_buffer[c] != gs->gemm.c) return;
+  int32_t out = -1, in = -1;
+  bool aux = false;
+  gs->kernel = p->steps[ks].kernel; /* what epilogue_act reads */
+  sc_gemm_act act = epilogue_act(f, cx, gs, c, mem, nm, &out, &aux, &in);
+  if (act != SC_GEMM_ACT_GELU_TANH) {
+    gs->kernel = -1;
+    return;
+  }
+  gs->gemm.act = act;
+  gs->gemm.act_out = out;
+  gs->gemm.act_aux = aux;
+  p->n_steps--;
+}
+
 static sc_status lower_group(fg *f, sc_lower_ctx *cx, int32_t k) {
   sc_graph *g = f->g;
   sc_lower_group grp;
@@ -670,7 +769,10 @@ static sc_status lower_group(fg *f, sc_lower_ctx *cx, int32_t k) {
   sc_status st = SC_OK;
   int32_t nk = 0;
   if (a < 0) {
+    int32_t first_step = f->p->n_steps;
     st = lower_points(f, cx, mem, n_mem, &nk);
+    if (st == SC_OK && nk == 1 && f->p->n_steps == first_step + 1)
+      take_activation(f, cx, mem, n_mem, first_step);
   } else if (sc_lower_kind_of(g, &g->nodes[a]) == SC_LOWER_STEP) {
     const sc_node *an = &g->nodes[a];
     int32_t gemm_step = f->p->n_steps;
@@ -697,7 +799,8 @@ static sc_status lower_group(fg *f, sc_lower_ctx *cx, int32_t k) {
         p->n_steps--;
         int32_t c = an->n_outputs > 0 ? an->outputs[0] : -1;
         if (c >= 0 && !gs->gemm.conv.on)
-          gs->gemm.act = epilogue_act(f, cx, gs, c, rest, nr, &gs->gemm.act_out);
+          gs->gemm.act = epilogue_act(f, cx, gs, c, rest, nr, &gs->gemm.act_out,
+                                      &gs->gemm.act_aux, &gs->gemm.act_in);
       }
       sc_free(rest);
     }

@@ -111,7 +111,9 @@ int32_t sc_program_add_step(sc_program *p, const sc_step *s) {
     return -1;
   sc_step ns = *s;
   if (ns.origin && !(ns.origin = sc_arena_strdup(&p->arena, ns.origin))) return -1;
-  if (ns.kind == SC_STEP_GEMM && ns.gemm.act == SC_GEMM_ACT_NONE) ns.gemm.act_out = -1;
+  if (ns.kind == SC_STEP_GEMM && ns.gemm.act == SC_GEMM_ACT_NONE)
+    ns.gemm.act_out = -1, ns.gemm.act_aux = false;
+  if (ns.kind == SC_STEP_GEMM && ns.gemm.act != SC_GEMM_ACT_DGELU_TANH) ns.gemm.act_in = -1;
   if (ns.kind == SC_STEP_GEMM && !ns.gemm.fp8) {
     ns.gemm.a8 = ns.gemm.b8 = -1;
     ns.gemm.a8_tn = ns.gemm.b8_tn = false;
@@ -390,7 +392,8 @@ int64_t sc_scatter_add_rows(const sc_scatter_step *c, sc_dtype dt, sc_dtype it, 
 #undef SCATTER_ROWS
 
 const char *sc_gemm_act_name(sc_gemm_act a) {
-  static const char *const names[SC_GEMM_ACT_COUNT] = {"none", "relu", "gelu_tanh"};
+  static const char *const names[SC_GEMM_ACT_COUNT] = {"none", "relu", "gelu_tanh",
+                                                        "dgelu_tanh"};
   return a >= 0 && a < SC_GEMM_ACT_COUNT ? names[a] : "?";
 }
 
@@ -623,7 +626,9 @@ void sc_program_print(const sc_program *p, FILE *out) {
         fprintf(out, " epilogue k%d %s", (int)s->kernel,
                 s->kernel < p->n_kernels ? p->kernels[s->kernel]->name : "?");
       if (g->act != SC_GEMM_ACT_NONE)
-        fprintf(out, " act %s->b%d", sc_gemm_act_name(g->act), (int)g->act_out);
+        fprintf(out, " act %s->b%d%s", sc_gemm_act_name(g->act), (int)g->act_out,
+                g->act_aux ? " aux" : "");
+      if (g->act == SC_GEMM_ACT_DGELU_TANH) fprintf(out, " in=b%d", (int)g->act_in);
     } else if (s->kind == SC_STEP_CHECK) {
       fprintf(out, "check b%d in [-%lld, %lld)", (int)s->check.buffer, (long long)s->check.dim,
               (long long)s->check.dim);
@@ -721,10 +726,10 @@ static void need_read(void *ud, int32_t b, bool written) {
 }
 
 /* Whether output `name` is one only the update needs (not a root). */
-static bool update_output(const char *name, bool last_run) {
+static bool update_output(const char *name) {
   if (!name) return false;
   if (strncmp(name, "new:", 4) == 0)
-    return strncmp(name + 4, "accum:", 6) != 0 && !(last_run && strstr(name, ".fp8_"));
+    return strncmp(name + 4, "accum:", 6) != 0;
   return strcmp(name, "train:grad_norm") == 0 || strcmp(name, "train:applied") == 0;
 }
 
@@ -732,13 +737,13 @@ int32_t sc_program_update_steps(const sc_program *p, bool last_run, bool *only) 
   bool any = false;
   for (int32_t j = 0; j < p->n_outputs; j++) {
     const char *n = p->buffers[p->outputs[j]].name;
-    any |= n && strncmp(n, "new:", 4) == 0 && update_output(n, last_run);
+    any |= n && strncmp(n, "new:", 4) == 0 && update_output(n);
   }
   if (!any) return 0;
   need_ctx x = {.p = p, .need = sc_calloc((size_t)p->n_buffers + 1, sizeof(bool))};
   if (!x.need) return -1;
   for (int32_t j = 0; j < p->n_outputs; j++)
-    if (!update_output(p->buffers[p->outputs[j]].name, last_run))
+    if (!update_output(p->buffers[p->outputs[j]].name))
       x.need[sc_program_root(p, p->outputs[j])] = true;
   for (int32_t b = 0; !last_run && b < p->n_buffers; b++) /* the gradients (passes/train.h) */
     if (p->buffers[b].name && strncmp(p->buffers[b].name, "grad:", 5) == 0)

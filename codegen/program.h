@@ -83,10 +83,11 @@ typedef enum sc_gemm_act {
   SC_GEMM_ACT_NONE,
   SC_GEMM_ACT_RELU,      /* max(x, 0) */
   SC_GEMM_ACT_GELU_TANH, /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+  SC_GEMM_ACT_DGELU_TANH, /* x · gelu_tanh'(act_in): a backward pass's dY · GELU'(input) */
   SC_GEMM_ACT_COUNT
 } sc_gemm_act;
 
-/* "none", "relu", "gelu_tanh" */
+/* "none", "relu", "gelu_tanh", "dgelu_tanh" */
 const char *sc_gemm_act_name(sc_gemm_act a);
 
 /* C[b] = alpha * op(A[b]) @ op(B[b]) + beta * C[b], row-major, batched with
@@ -109,9 +110,19 @@ typedef struct sc_gemm {
    * instead (cuBLASLt's RELU and GELU epilogues), writing act_out and not
    * C, and skip the kernel, when act_out is C's storage or apart from A, B
    * and the bias (the memory plan may give it an operand's storage: they
-   * die before the epilogue). Any other device runs the kernel. */
+   * die before the epilogue). Any other device runs the kernel.
+   * act_aux says C is read after the step too (a graph output, or, in a
+   * training step, the backward pass's read of the pre-activation): a
+   * device applying act in the product must then write C as well, with
+   * act_out apart from C and the operands (cuBLASLt's GELU_AUX epilogue
+   * writes C as its aux output; no epilogue gives back ReLU's input).
+   * DGELU_TANH reads a second buffer, act_in (of C's dtype and layout,
+   * C contiguous): act_out = C · gelu_tanh'(act_in) (cuBLASLt's DGELU
+   * epilogue, act_in its aux input; act_out apart from act_in). */
   sc_gemm_act act;
   int32_t act_out;            /* that buffer (meaningful with act only) */
+  bool act_aux;
+  int32_t act_in;             /* DGELU_TANH's second input, else -1 */
   /* When fp8 is set, A and B are f32 widenings of FP8 values (an FP8
    * training step's quantized operands: passes/fp8.c) that are also held
    * in buffers a8 and b8 (f8e4m3fn or f8e5m2, A's and B's layout): a
@@ -444,10 +455,9 @@ void sc_step_buffers(const sc_program *p, const sc_step *s, sc_step_buffer_fn fn
  *   last_run false (the optimizer's share of a step, codegen/dist_sim.c):
  *     also every gradient (a buffer named "grad:P");
  *   last_run true (what a run of gradient accumulation before the step's
- *     last skips, sc_session_set_partial): also FP8 scaling state
- *     ("new:X" with ".fp8_" in its name: every run records its amax),
- *     and every step that writes nothing (an index check) or sends or
- *     receives, kept. A WAIT step is marked as the step it completes.
+ *     last skips, sc_session_set_partial): every step that writes nothing
+ *     (an index check) or sends or receives, kept (FP8 scaling state is
+ *     updated state: a run records its amax in an accumulator). A WAIT step is marked as the step it completes.
  * only[k] (n_steps, zeroed by the caller) is set for those steps; returns
  * how many (0 when the program updates no state), -1 out of memory. */
 int32_t sc_program_update_steps(const sc_program *p, bool last_run, bool *only);

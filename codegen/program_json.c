@@ -233,6 +233,9 @@ static json_t *write_step(const sc_step *s) {
     if (g->act != SC_GEMM_ACT_NONE) {
       json_object_set_new(go, "act", json_string(sc_gemm_act_name(g->act)));
       json_object_set_new(go, "act_out", json_integer(g->act_out));
+      if (g->act_aux) json_object_set_new(go, "act_aux", json_true());
+      if (g->act == SC_GEMM_ACT_DGELU_TANH)
+        json_object_set_new(go, "act_in", json_integer(g->act_in));
     }
     if (g->conv.on) {
       const sc_conv_geom *v = &g->conv;
@@ -1320,11 +1323,15 @@ static sc_status read_step(reader *r, json_t *o, int32_t sid, sc_step *s) {
   }
   m->act = SC_GEMM_ACT_NONE;
   m->act_out = -1;
+  m->act_aux = false;
+  m->act_in = -1;
   if (json_object_get(g, "act")) { /* the epilogue kernel computes act_out = act(C) */
-    static const char *const acts[SC_GEMM_ACT_COUNT] = {"none", "relu", "gelu_tanh"};
+    static const char *const acts[SC_GEMM_ACT_COUNT] = {"none", "relu", "gelu_tanh",
+                                                        "dgelu_tanh"};
     int a;
     if ((st = get_enum(r, g, "act", acts, SC_GEMM_ACT_COUNT, &a)) ||
-        (st = get_range(r, g, "act_out", true, 0, 0, hi, &m->act_out)))
+        (st = get_range(r, g, "act_out", true, 0, 0, hi, &m->act_out)) ||
+        (json_object_get(g, "act_aux") && (st = get_bool(r, g, "act_aux", &m->act_aux))))
       return st;
     m->act = (sc_gemm_act)a;
     const sc_buffer *ab = &p->buffers[m->act_out];
@@ -1334,6 +1341,11 @@ static sc_status read_step(reader *r, json_t *o, int32_t sid, sc_step *s) {
                   "buffer %d", BUF_KINDS[ab->kind], m->act_out);
     if ((st = check_matrix(r, "act_out", m->act_out, t, m->batch, m->m, m->n, m->ldc,
                            m->stride_c)))
+      return st;
+    if (m->act == SC_GEMM_ACT_DGELU_TANH &&
+        ((st = get_range(r, g, "act_in", true, 0, 0, hi, &m->act_in)) ||
+         (st = check_matrix(r, "act_in", m->act_in, t, m->batch, m->m, m->n, m->ldc,
+                            m->stride_c))))
       return st;
   }
   json_t *co = json_object_get(g, "conv");

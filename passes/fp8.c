@@ -327,7 +327,7 @@ sc_status sc_fp8_rewrite(sc_grad_ctx *c, int32_t *n_fwd_io, const int32_t *param
   return st;
 }
 
-sc_status sc_fp8_update(sc_grad_ctx *c, sc_fp8_report *r, int32_t last, sc_diag *d) {
+sc_status sc_fp8_update(sc_grad_ctx *c, sc_fp8_report *r, sc_diag *d) {
   sc_graph *g = c->g;
   for (int32_t k = 0; k < r->n_meta; k++) {
     sc_fp8_meta *m = &r->meta[k];
@@ -347,19 +347,7 @@ sc_status sc_fp8_update(sc_grad_ctx *c, sc_fp8_report *r, int32_t last, sc_diag 
                                            (int32_t[]){m->history, gb_ints(c, (int64_t[]){0}, 1),
                                                        gb_ints(c, (int64_t[]){1}, 1)}, 3),
                       gb_reshape(c, m->amax, 1, (int64_t[]){1}));
-    /* not applied: as it was; with accumulation, a microbatch before the
-     * last records its amax in h[0], and the last one, not applied, puts
-     * back the step's start (h[0] = 0, the rest untouched since) */
-    m->kept_history = m->history;
-    if (last >= 0) {
-      int32_t rest = n == 1 ? -1
-                            : gb_op(c, SC_OP_SLICE,
-                                    (int32_t[]){m->history, gb_ints(c, (int64_t[]){1}, 1),
-                                                gb_ints(c, (int64_t[]){n}, 1)}, 3);
-      int32_t rec = n == 1 ? h0 : gb_op_i(c, SC_OP_CONCAT, (int32_t[]){h0, rest}, 2, "axis", 0);
-      int32_t reset = n == 1 ? zero : gb_op_i(c, SC_OP_CONCAT, (int32_t[]){zero, rest}, 2, "axis", 0);
-      m->kept_history = gb_where(c, last, reset, rec);
-    }
+    m->kept_history = m->history; /* not applied: as it was */
     if (n == 1) {
       m->new_history = zero;
     } else if (n == 2) {

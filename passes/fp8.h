@@ -76,15 +76,12 @@ typedef struct sc_fp8_report {
 sc_status sc_fp8_rewrite(sc_grad_ctx *c, int32_t *n_fwd, const int32_t *params, int32_t n_params,
                          int32_t history, sc_fp8_report *r, sc_diag *d);
 /* The new history and scale of every meta of r (graph values, unguarded),
- * and the history a step not applied leaves. last: -1 without gradient
- * accumulation, else the bool scalar "this run is the step's last
- * microbatch": a run before the last records its amax in history[0]
- * (max with what the earlier microbatches recorded) and keeps the scale,
- * so that the step's amax is the max over its microbatches, as one run of
- * the whole batch would measure it, and the last run rolls the history;
- * the last one not applied (a skipped step) leaves history[0] = 0 again,
- * the state the step began with. */
-sc_status sc_fp8_update(sc_grad_ctx *c, sc_fp8_report *r, int32_t last, sc_diag *d);
+ * and the history a step not applied leaves (as it was). A step of several
+ * microbatches gives each meta's amax as the running max over them (the
+ * accumulator "accum:T.fp8_amax", passes/train.c), so that the step's amax
+ * is the max over its microbatches, as one run of the whole batch would
+ * measure it, and the update, once a step, rolls the history. */
+sc_status sc_fp8_update(sc_grad_ctx *c, sc_fp8_report *r, sc_diag *d);
 /* "fp8: N linear layers in FP8 ..., M left bf16" and one line per listed one. */
 void sc_fp8_print(const sc_fp8_report *r, FILE *f);
 

@@ -1089,13 +1089,15 @@ sc_status sc_train_build(sc_graph *g, const sc_train_opts *o, sc_train_info *inf
     if (coef >= 0) gr = gb_2(&c, SC_OP_MUL, gr, coef);
     if ((st = update(&c, o, p, gr, lr, bc1, bc2, ok, d)) != SC_OK) return st;
   }
-  /* the step's last microbatch: the input applied_flag made */
-  int32_t last = o->grad_accum > 1 && !o->pipeline ? sc_graph_find_value(g, "train:apply") : -1;
-  /* a pipelined step's microbatches each run the forward and backward
-   * pieces once: each amax joins a running max, the accumulator
-   * "accum:T.fp8_amax" (zeroed at the step's start, as the gradients'), and
-   * the update, once a step, reads the last microbatch's: the step's max */
-  for (int32_t k = 0; o->fp8 && o->pipeline && accum > 1 && k < info->fp8.n_meta; k++) {
+  /* a step of several microbatches (a pipeline's, or --grad-accum's runs)
+   * runs the forward and backward once for each: each amax joins a running
+   * max, the accumulator "accum:T.fp8_amax" (zeroed at the step's start, as
+   * the gradients'), and the update, once a step, reads the last
+   * microbatch's: the step's max. Nothing else of the scaling state is
+   * written before the last run, so a run before it skips the update's
+   * steps, the finiteness check and the reductions it reads among them
+   * (sc_program_update_steps) */
+  for (int32_t k = 0; o->fp8 && accum > 1 && k < info->fp8.n_meta; k++) {
     sc_fp8_meta *m = &info->fp8.meta[k];
     char name[512];
     snprintf(name, sizeof name, "accum:%s.fp8_amax", m->name);
@@ -1105,7 +1107,7 @@ sc_status sc_train_build(sc_graph *g, const sc_train_opts *o, sc_train_info *inf
     m->amax = new_output_op(&c, name, SC_OP_MAX, (int32_t[]){acc, m->amax}, 2, d);
     if ((st = built(g, m->amax, "fp8 amax accumulation", d)) != SC_OK) return st;
   }
-  if (o->fp8 && (st = sc_fp8_update(&c, &info->fp8, last, d)) != SC_OK) return st;
+  if (o->fp8 && (st = sc_fp8_update(&c, &info->fp8, d)) != SC_OK) return st;
   for (int32_t k = 0; o->fp8 && k < info->fp8.n_meta; k++) {
     const sc_fp8_meta *m = &info->fp8.meta[k];
     char name[512];

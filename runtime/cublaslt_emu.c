@@ -14,14 +14,26 @@
  * _E5M2) with the other operand not FP8 or both E5M2; an FP8 matmul that
  * is not "TN" (TRANSA = T, TRANSB = N), whose A, B or D leading dim or k
  * is not a multiple of 16, or whose D is not f32 or bf16; D, C scale or amax
- * pointers; an epilogue other than the default (the runtime's epilogues
- * run on the host engine). Shapes that do not agree with the layouts are
+ * pointers; an epilogue on FP8 operands; an epilogue other than BIAS,
+ * RELU, GELU, GELU_AUX and their BIAS forms, and DGELU; BIAS without a
+ * bias pointer; GELU_AUX or DGELU without an aux pointer, or with an aux leading dim below D's
+ * rows or not a multiple of 8, or (batched) an aux batch stride that is
+ * not a multiple of 8. Shapes that do not agree with the layouts are
  * CUBLAS_STATUS_INVALID_VALUE.
+ *
+ * The epilogues as the library computes them, in f32 on the finished sum:
+ * v = alpha · sum + beta · C + bias[row of D] (the bias of D's type), aux
+ * = v (GELU_AUX: the GELU's input, of D's type, at aux + batch · stride +
+ * col · ld), D = act(v) with act ReLU or the tanh GELU, 0.5 v (1 +
+ * tanh(0.7978845608 (v + 0.044715 v³))); DGELU: D = v · gelu'(aux) (aux
+ * the GELU's input, read); a bf16 D and aux are rounded once, from those
+ * f32 values.
  *
  * Exact where the GPU is exact: FP8 and bf16 operands are decoded to f32
  * (exact), the products and sums are f32's (sc_host_gemm_f32, the CPU
  * device's GEMM), the scales multiply the finished sum once (alpha ·
  * scale_a · scale_b), and a bf16 D is rounded once, at the end. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -56,9 +68,13 @@ typedef struct emu_call {
 struct cublasLtMatmulDescOpaque {
   int32_t transa, transb;
   uint32_t epilogue;
+  const void *bias;     /* BIAS_POINTER: D's type */
+  void *aux;            /* EPILOGUE_AUX_POINTER: D's type (GELU_AUX) */
+  int64_t aux_ld, aux_stride;
   const float *scale_a, *scale_b;
   const void *scale_d, *amax_d;
   int8_t fast_accum;    /* accepted; products are summed in f32 either way */
+  bool tf32;            /* CUBLAS_COMPUTE_32F_FAST_TF32: f32 operands rounded to TF32 */
   emu_call call;
   float *wa, *wb, *wd;  /* decoded A, B and a bf16 D's f32 product */
   int64_t na, nb, nd;
@@ -81,10 +97,12 @@ static sc_lt_status emu_destroy(sc_lt_handle h) {
 }
 
 static sc_lt_status emu_desc_create(sc_lt_desc *d, int compute, int scale_type) {
-  if (compute != SC_CUBLAS_COMPUTE_32F || scale_type != SC_CUDA_R_32F)
+  if ((compute != SC_CUBLAS_COMPUTE_32F && compute != SC_CUBLAS_COMPUTE_32F_FAST_TF32) ||
+      scale_type != SC_CUDA_R_32F)
     return SC_CUBLAS_STATUS_NOT_SUPPORTED;
   *d = sc_calloc(1, sizeof **d);
   if (!*d) return SC_CUBLAS_STATUS_NOT_SUPPORTED;
+  (*d)->tf32 = compute == SC_CUBLAS_COMPUTE_32F_FAST_TF32;
   (*d)->transa = (*d)->transb = SC_CUBLAS_OP_N;
   (*d)->epilogue = SC_CUBLASLT_EPILOGUE_DEFAULT;
   return 0;
@@ -124,12 +142,23 @@ static sc_lt_status emu_desc_set(sc_lt_desc d, int attr, const void *buf, size_t
     else d->amax_d = p;
     return 0;
   }
+  case SC_CUBLASLT_MATMUL_DESC_BIAS_POINTER:
+  case SC_CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER:
+    if (n != sizeof(void *)) return SC_CUBLAS_STATUS_INVALID_VALUE;
+    if (attr == SC_CUBLASLT_MATMUL_DESC_BIAS_POINTER) memcpy(&d->bias, buf, n);
+    else memcpy(&d->aux, buf, n);
+    return 0;
+  case SC_CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD:
+  case SC_CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE:
+    if (n != sizeof(int64_t)) return SC_CUBLAS_STATUS_INVALID_VALUE;
+    memcpy(attr == SC_CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD ? &d->aux_ld : &d->aux_stride, buf, n);
+    return 0;
   case SC_CUBLASLT_MATMUL_DESC_FAST_ACCUM:
     if (n != sizeof(int8_t)) return SC_CUBLAS_STATUS_INVALID_VALUE;
     memcpy(&d->fast_accum, buf, n);
     return 0;
   default:
-    return SC_CUBLAS_STATUS_NOT_SUPPORTED; /* the bias and the rest: the host engine's */
+    return SC_CUBLAS_STATUS_NOT_SUPPORTED;
   }
 }
 
@@ -180,6 +209,34 @@ static sc_lt_status emu_pref_set(sc_lt_pref p, int attr, const void *buf, size_t
   return 0;
 }
 
+/* The epilogue's bits without BIAS (0: none), or -1 for one the emulated
+ * library does not compute. */
+static int epilogue_kind(uint32_t e) {
+  if (e == 0 || e == SC_CUBLASLT_EPILOGUE_DEFAULT) return 0;
+  if (e == SC_CUBLASLT_EPILOGUE_DGELU) return (int)e; /* no BIAS form (DGELU_BGRAD: not emulated) */
+  e &= ~(uint32_t)SC_CUBLASLT_EPILOGUE_BIAS;
+  if (e == 0 || e == SC_CUBLASLT_EPILOGUE_RELU || e == SC_CUBLASLT_EPILOGUE_GELU ||
+      e == (SC_CUBLASLT_EPILOGUE_GELU | SC_CUBLASLT_EPILOGUE_AUX))
+    return (int)e;
+  return -1;
+}
+
+/* Whether the library takes d's epilogue for D's layout dd. */
+static sc_lt_status check_epilogue(const struct cublasLtMatmulDescOpaque *d,
+                                   const struct cublasLtMatrixLayoutOpaque *dd) {
+  int k = epilogue_kind(d->epilogue);
+  if (k < 0) return SC_CUBLAS_STATUS_NOT_SUPPORTED;
+  if (d->epilogue != SC_CUBLASLT_EPILOGUE_DEFAULT && (d->epilogue & SC_CUBLASLT_EPILOGUE_BIAS) &&
+      !d->bias)
+    return SC_CUBLAS_STATUS_INVALID_VALUE;
+  if (k & SC_CUBLASLT_EPILOGUE_AUX) {
+    if (!d->aux || d->aux_ld < dd->rows || d->aux_ld % 8 ||
+        (dd->batch > 1 && d->aux_stride % 8))
+      return SC_CUBLAS_STATUS_INVALID_VALUE;
+  }
+  return 0;
+}
+
 /* Whether cuBLASLt would run D = op(A) op(B) (+ C) as described; on
  * success *g is the row-major product it computes. */
 static sc_lt_status check(const struct cublasLtMatmulDescOpaque *d, sc_lt_layout a,
@@ -193,7 +250,10 @@ static sc_lt_status check(const struct cublasLtMatmulDescOpaque *d, sc_lt_layout
       c->type != dd->type || a->batch != b->batch || a->batch != dd->batch ||
       c->batch != dd->batch || c->ld != dd->ld)
     return SC_CUBLAS_STATUS_INVALID_VALUE;
-  if (d->epilogue != SC_CUBLASLT_EPILOGUE_DEFAULT && d->epilogue != 0)
+  sc_lt_status r = check_epilogue(d, dd);
+  if (r != 0) return r;
+  if (d->epilogue != SC_CUBLASLT_EPILOGUE_DEFAULT && d->epilogue != 0 &&
+      (is_fp8(a->type) || is_fp8(b->type)))
     return SC_CUBLAS_STATUS_NOT_SUPPORTED;
   if (d->scale_d || d->amax_d) return SC_CUBLAS_STATUS_NOT_SUPPORTED;
   if (dd->type != SC_CUDA_R_32F && dd->type != SC_CUDA_R_16BF)
@@ -234,9 +294,10 @@ static sc_lt_status emu_heuristic(sc_lt_handle h, sc_lt_desc d, sc_lt_layout a, 
   return 0;
 }
 
-/* x's span of n elements of type t, as f32 in *w (grown to n). */
-static const float *widen(int t, const void *x, int64_t n, float **w, int64_t *cap) {
-  if (t == SC_CUDA_R_32F) return x;
+/* x's span of n elements of type t, as f32 in *w (grown to n); f32 rounded
+ * to TF32 (sc_f32_to_tf32) where tf32. */
+static const float *widen(int t, const void *x, int64_t n, bool tf32, float **w, int64_t *cap) {
+  if (t == SC_CUDA_R_32F && !tf32) return x;
   if (n > *cap) {
     float *q = sc_realloc(*w, (size_t)n * sizeof *q);
     if (!q) return NULL;
@@ -244,7 +305,10 @@ static const float *widen(int t, const void *x, int64_t n, float **w, int64_t *c
     *cap = n;
   }
   float *o = *w;
-  if (t == SC_CUDA_R_16BF) {
+  if (t == SC_CUDA_R_32F) {
+    const float *s = x;
+    for (int64_t i = 0; i < n; i++) o[i] = sc_f32_to_tf32(s[i]);
+  } else if (t == SC_CUDA_R_16BF) {
     const uint16_t *s = x;
     for (int64_t i = 0; i < n; i++) o[i] = sc_bf16_to_f32(s[i]);
   } else {
@@ -255,6 +319,49 @@ static const float *widen(int t, const void *x, int64_t n, float **w, int64_t *c
     for (int64_t i = 0; i < n; i++) o[i] = table[s[i]];
   }
   return o;
+}
+
+/* The tanh GELU as the library's epilogue computes it, in f32, and its
+ * derivative (DGELU). */
+static float gelu(float v) {
+  return 0.5f * v * (1.0f + tanhf(0.7978845608f * (v + 0.044715f * v * v * v)));
+}
+
+static float dgelu(float v) {
+  float th = tanhf(0.7978845608f * (v + 0.044715f * v * v * v));
+  return 0.5f * (1.0f + th) + 0.5f * v * (1.0f - th * th) * 0.7978845608f *
+                                  (1.0f + 3.0f * 0.044715f * v * v);
+}
+
+/* d's epilogue on the finished f32 product D (row-major g: D's rows of
+ * cuBLAS's column-major D are g's columns): the bias, the aux output, the
+ * activation. */
+static void epilogue(const struct cublasLtMatmulDescOpaque *d, const sc_gemm *g, int type,
+                     float *D) {
+  int k = epilogue_kind(d->epilogue);
+  bool bias = k >= 0 && d->epilogue != SC_CUBLASLT_EPILOGUE_DEFAULT &&
+              (d->epilogue & SC_CUBLASLT_EPILOGUE_BIAS);
+  if (k <= 0 && !bias) return;
+  bool bf16 = type == SC_CUDA_R_16BF;
+  for (int64_t b = 0; b < g->batch; b++)
+    for (int64_t i = 0; i < g->m; i++)
+      for (int64_t j = 0; j < g->n; j++) {
+        float *v = &D[b * g->stride_c + i * g->ldc + j];
+        if (bias) *v += bf16 ? sc_bf16_to_f32(((const uint16_t *)d->bias)[j])
+                             : ((const float *)d->bias)[j];
+        int64_t at = b * d->aux_stride + i * d->aux_ld + j;
+        if (k == SC_CUBLASLT_EPILOGUE_DGELU) { /* the aux input: GELU's input */
+          *v *= dgelu(bf16 ? sc_bf16_to_f32(((const uint16_t *)d->aux)[at])
+                           : ((const float *)d->aux)[at]);
+          continue;
+        }
+        if (k & SC_CUBLASLT_EPILOGUE_AUX) { /* GELU_AUX's output: GELU's input */
+          if (bf16) ((uint16_t *)d->aux)[at] = sc_f32_to_bf16(*v);
+          else ((float *)d->aux)[at] = *v;
+        }
+        if (k & SC_CUBLASLT_EPILOGUE_RELU) *v = *v > 0.0f ? *v : 0.0f;
+        else if (k & SC_CUBLASLT_EPILOGUE_GELU) *v = gelu(*v);
+      }
 }
 
 static void emu_run(void *ud) {
@@ -268,8 +375,8 @@ static void emu_run(void *ud) {
   bool after = scale != x->alpha && x->beta == 0.0f;
   g.alpha = after ? 1.0f : scale;
   g.beta = x->beta;
-  const float *A = widen(x->lb.type, x->b, x->span[0], &d->wb, &d->nb); /* Dᵀ's A is B */
-  const float *B = widen(x->la.type, x->a, x->span[1], &d->wa, &d->na);
+  const float *A = widen(x->lb.type, x->b, x->span[0], d->tf32, &d->wb, &d->nb); /* Dᵀ's A is B */
+  const float *B = widen(x->la.type, x->a, x->span[1], d->tf32, &d->wa, &d->na);
   bool f32 = x->ld.type == SC_CUDA_R_32F;
   float *D = f32 ? x->d : NULL;
   if (!f32 && x->span[2] > d->nd) {
@@ -280,6 +387,7 @@ static void emu_run(void *ud) {
   if (!A || !B || !D) return; /* out of host memory: D is left as it was */
   sc_host_gemm_f32(&g, A, B, NULL, 0, D, NULL, NULL, NULL, NULL);
   if (after) sc_host_gemm_scale(&g, D, scale);
+  epilogue(d, &g, x->ld.type, D);
   if (f32) return;
   uint16_t *o = x->d; /* only D's m x n elements of each batch entry */
   for (int64_t b = 0; b < g.batch; b++)
@@ -314,6 +422,13 @@ static sc_lt_status emu_matmul(sc_lt_handle h, sc_lt_desc d, const void *alpha, 
     h->cu->host_access(b, (size_t)x.span[0] * type_size(bl->type), 0);
     h->cu->host_access(a, (size_t)x.span[1] * type_size(al->type), 0);
     h->cu->host_access(dd, (size_t)x.span[2] * type_size(dl->type), 1);
+    int k = epilogue_kind(d->epilogue);
+    if (d->epilogue != SC_CUBLASLT_EPILOGUE_DEFAULT && (d->epilogue & SC_CUBLASLT_EPILOGUE_BIAS))
+      h->cu->host_access(d->bias, (size_t)x.g.n * type_size(dl->type), 0);
+    if (k > 0 && (k & SC_CUBLASLT_EPILOGUE_AUX)) /* DGELU reads it, GELU_AUX writes it */
+      h->cu->host_access(d->aux, (size_t)((x.g.batch - 1) * d->aux_stride +
+                                          (x.g.m - 1) * d->aux_ld + x.g.n) *
+                                     type_size(dl->type), k != SC_CUBLASLT_EPILOGUE_DGELU);
   }
   return h->cu->launch_host_func(s, emu_run, d) == SC_CUDA_SUCCESS
              ? 0

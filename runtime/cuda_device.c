@@ -189,6 +189,7 @@ struct cuda_ctx {
   int32_t *gemm_id;    /* [n_steps] a GEMM step's entry in the engine */
   bool *gemm_fused;    /* [n_steps] it applies its activation: no epilogue kernel */
   int32_t n_fused;     /* how many do */
+  int32_t n_fused_aux; /* of them, writing C too (sc_gemm.act_aux: GELU_AUX) */
   int32_t n_fp8, n_fp8_asked; /* GEMMs with FP8 operands (sc_gemm.fp8): as FP8 matmuls, all */
   const char *fp8_why; /* why the first one that is not was not (static text) */
   conv_job *convs;     /* [n_steps] */
@@ -592,10 +593,17 @@ static sc_status load_module(cuda_ctx *c, const char *src, sc_diag *diag) {
 /* Whether GEMM g may apply its activation in the product (sc_gemm.act):
  * act_out is then written during the product, so it must be C's own
  * storage or apart from every operand (the memory plan may give it the
- * storage of an operand that dies before the epilogue kernel would run). */
+ * storage of an operand that dies before the epilogue kernel would run).
+ * With act_aux C is written too (GELU_AUX: tanh GELU only), so act_out
+ * must be apart from C. */
 static bool act_in_product(const sc_program *p, const sc_gemm *g) {
   if (g->act == SC_GEMM_ACT_NONE || g->act_out < 0 || g->act_out >= p->n_buffers) return false;
-  if (sc_program_same_address(p, g->act_out, g->c)) return true;
+  if (g->act_aux && g->act != SC_GEMM_ACT_GELU_TANH) return false;
+  if (g->act == SC_GEMM_ACT_DGELU_TANH && /* DGELU reads act_in during the product */
+      (g->act_in < 0 || g->act_in >= p->n_buffers || g->bias >= 0 ||
+       !sc_program_disjoint(p, g->act_out, g->act_in)))
+    return false;
+  if (!g->act_aux && sc_program_same_address(p, g->act_out, g->c)) return true;
   return sc_program_disjoint(p, g->act_out, g->a) && sc_program_disjoint(p, g->act_out, g->b) &&
          (g->bias < 0 || sc_program_disjoint(p, g->act_out, g->bias)) &&
          sc_program_disjoint(p, g->act_out, g->c);
@@ -888,14 +896,14 @@ static void report(cuda_ctx *c) {
   c->cu->mem_get_info(&free_now, &total);
   fprintf(stderr,
           "shardc: cuda: rank %d on %s (%s), kernels %s, GEMM engine %s (%d activations "
-          "in the product, workspace %s, %d f32 products with TF32 operands), %d of %d FP8 "
+          "in the product, %d keeping the pre-activation, workspace %s, %d f32 products with TF32 operands), %d of %d FP8 "
           "products as cuBLASLt FP8 matmuls%s%s%s, "
           "%d convolutions as implicit GEMMs, %d fused "
           "attention steps (%d forwards on tensor cores); arena %lld bytes "
           "(the plan's %lld), weights %lld bytes; device memory taken since the context: %lld "
           "bytes\n",
           c->o.rank, name, c->arch, c->image_kind[0] ? c->image_kind : "none",
-          c->gemm ? sc_gpu_gemm_engine(c->gemm) : "none", (int)c->n_fused,
+          c->gemm ? sc_gpu_gemm_engine(c->gemm) : "none", (int)c->n_fused, (int)c->n_fused_aux,
           !c->gemm || !strcmp(sc_gpu_gemm_engine(c->gemm), "host") ? "none"
           : sc_gpu_gemm_own_workspace(c->gemm) ? "allocated" : "in the arena",
           c->gemm ? (int)sc_gpu_gemm_n_tf32(c->gemm) : 0,
@@ -967,7 +975,7 @@ static sc_status cuda_bind(void *ctx, void *arena, sc_diag *diag) {
   if (c->gemm && sc_cuda_workspace_in_arena(p))
     sc_gpu_gemm_set_workspace(c->gemm, base + (CUdeviceptr)p->workspace_offset,
                               (size_t)p->workspace_bytes);
-  c->n_fused = 0;
+  c->n_fused = c->n_fused_aux = 0;
   c->n_fp8 = c->n_fp8_asked = 0;
   c->fp8_why = NULL;
   for (int32_t i = 0; i < p->n_steps; i++) {
@@ -1003,6 +1011,8 @@ static sc_status cuda_bind(void *ctx, void *arena, sc_diag *diag) {
                            g->bias >= 0 ? p->buffers[g->bias].bytes / (int64_t)sc_dtype_size(t)
                                         : 0,
                            c->ptrs[g->c], act_in_product(p, g) ? c->ptrs[g->act_out] : 0,
+                           act_in_product(p, g) && g->act == SC_GEMM_ACT_DGELU_TANH
+                               ? c->ptrs[g->act_in] : 0,
                            &c->gemm_id[i], &c->gemm_fused[i], diag);
         if (st == SC_OK && g->scaled) /* the f32 product of the widened values, then the scales */
           st = sc_gpu_gemm_set_scales(c->gemm, c->gemm_id[i], c->ptrs[g->a8_scale],
@@ -1010,6 +1020,7 @@ static sc_status cuda_bind(void *ctx, void *arena, sc_diag *diag) {
       }
       if (st != SC_OK) return st;
       c->n_fused += c->gemm_fused[i];
+      c->n_fused_aux += c->gemm_fused[i] && g->act_aux;
     }
     if (s->kind == SC_STEP_CHECK || s->kind == SC_STEP_SCATTER_ADD) {
       check_job *j = &c->checks[i];

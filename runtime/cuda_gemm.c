@@ -9,6 +9,7 @@
 #include <dlfcn.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "codegen/device_memory.h" /* sc_gemm_spans */
@@ -25,6 +26,8 @@ typedef struct gemm_entry {
   sc_dtype t; /* f32 or bf16 */
   CUdeviceptr a, b, bias, c;
   CUdeviceptr d;  /* where the product goes: c, or act_out when fused */
+  CUdeviceptr aux; /* fused with sc_gemm.act_aux: C, written too (GELU_AUX), else 0 */
+  CUdeviceptr act_in; /* fused DGELU_TANH: the GELU's input (DGELU's aux input), else 0 */
   bool fused;     /* g->act applied in the product (cuda_gemm.h) */
   bool fp8;       /* an FP8 matmul (sc_gpu_gemm_add_fp8): a, b are the FP8 copies */
   bool tf32;      /* f32 operands taken as TF32 (sc_gpu_gemm_allow_tf32) */
@@ -100,9 +103,11 @@ sc_status sc_gpu_gemm_create(const sc_cu *cu, sc_gpu_gemm **out, sc_diag *diag) 
   sc_gpu_gemm *e = sc_calloc(1, sizeof *e);
   if (!e) return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
   e->cu = cu;
-  e->host = cu->emulated;
+  /* SHARDC_CUDA_GEMM=cublaslt: every product through the emulated library */
+  const char *lt = getenv("SHARDC_CUDA_GEMM");
+  e->host = cu->emulated && !(lt && !strcmp(lt, "cublaslt"));
   sc_status st = SC_OK;
-  if (e->host) { /* the emulated cuBLASLt, for FP8 matmuls */
+  if (cu->emulated) { /* the emulated cuBLASLt, for FP8 matmuls (all products without host) */
     sc_lt_emu_api(&e->lt);
     st = lt_check(e, e->lt.create(&e->handle), "cublasLtCreate", diag);
     if (st == SC_OK) sc_lt_emu_bind(e->handle, cu);
@@ -197,7 +202,28 @@ static sc_status plan_cublaslt(sc_gpu_gemm *e, gemm_entry *x, sc_diag *diag) {
   LT(e->lt.desc_set(x->desc, SC_CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "TRANSB");
   uint32_t epi = x->bias && !full_bias ? SC_CUBLASLT_EPILOGUE_BIAS : 0;
   if (x->fused)
-    epi |= g->act == SC_GEMM_ACT_RELU ? SC_CUBLASLT_EPILOGUE_RELU : SC_CUBLASLT_EPILOGUE_GELU;
+    epi |= g->act == SC_GEMM_ACT_RELU        ? SC_CUBLASLT_EPILOGUE_RELU
+           : g->act == SC_GEMM_ACT_DGELU_TANH ? SC_CUBLASLT_EPILOGUE_DGELU
+                                              : SC_CUBLASLT_EPILOGUE_GELU;
+  if (x->aux || x->act_in) { /* GELU_AUX: C, the GELU's input, is the aux output, laid out
+                              * as D; DGELU: act_in, the GELU's input, its aux input */
+    if (g->ldc % 8 || (g->batch > 1 && g->stride_c % 8))
+      return sc_diag_set(diag, SC_ERR_UNSUPPORTED, NULL, NULL,
+                         "cuBLASLt: GELU_AUX needs a leading dim and batch stride that are "
+                         "multiples of 8 (%lld, %lld)", (long long)g->ldc,
+                         (long long)g->stride_c);
+    epi |= SC_CUBLASLT_EPILOGUE_AUX;
+    void *ap = (void *)(uintptr_t)(x->aux ? x->aux : x->act_in);
+    int64_t ald = g->ldc, astride = g->stride_c;
+    LT(e->lt.desc_set(x->desc, SC_CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &ap, sizeof ap),
+       "EPILOGUE_AUX_POINTER");
+    LT(e->lt.desc_set(x->desc, SC_CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ald, sizeof ald),
+       "EPILOGUE_AUX_LD");
+    if (g->batch > 1)
+      LT(e->lt.desc_set(x->desc, SC_CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE, &astride,
+                        sizeof astride),
+         "EPILOGUE_AUX_BATCH_STRIDE");
+  }
   if (epi)
     LT(e->lt.desc_set(x->desc, SC_CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi), "EPILOGUE");
   if (x->bias && !full_bias) {
@@ -327,7 +353,8 @@ static bool grow_scratch(float **p, int64_t *numel, int64_t need) {
 
 sc_status sc_gpu_gemm_add(sc_gpu_gemm *e, const sc_gemm *g, sc_dtype t, CUdeviceptr a,
                           CUdeviceptr b, CUdeviceptr bias, int64_t bias_numel, CUdeviceptr c,
-                          CUdeviceptr act_out, int32_t *id, bool *fused, sc_diag *diag) {
+                          CUdeviceptr act_out, CUdeviceptr act_in, int32_t *id, bool *fused,
+                          sc_diag *diag) {
   if (t != SC_DTYPE_F32 && t != SC_DTYPE_BF16)
     return sc_diag_set(diag, SC_ERR_UNSUPPORTED, NULL, NULL,
                        "cuda device: a GEMM on %s (f32 and bf16 only)", sc_dtype_name(t));
@@ -347,12 +374,15 @@ sc_status sc_gpu_gemm_add(sc_gpu_gemm *e, const sc_gemm *g, sc_dtype t, CUdevice
   gemm_entry *x = new_entry(e, diag);
   if (!x) return diag->status;
   /* the activation goes into the product where C is not read (beta 0, no
-   * full bias as the C operand) */
+   * full bias as the C operand); with act_aux C is written too: GELU_AUX */
   bool fuse = g->act > SC_GEMM_ACT_NONE && g->act < SC_GEMM_ACT_COUNT && act_out &&
-              g->beta == 0.0f && !(bias && g->bias_full);
+              g->beta == 0.0f && !(bias && g->bias_full) &&
+              (!g->act_aux || g->act == SC_GEMM_ACT_GELU_TANH) &&
+              (g->act != SC_GEMM_ACT_DGELU_TANH || (act_in && !bias && !g->act_aux));
   *x = (gemm_entry){.e = e, .g = g, .t = t, .a = a, .b = b, .bias = bias, .c = c,
-                    .d = fuse ? act_out : c, .fused = fuse, .tf32 = tf32,
-                    .bias_numel = bias_numel};
+                    .d = fuse ? act_out : c, .aux = fuse && g->act_aux ? c : 0,
+                    .act_in = fuse && g->act == SC_GEMM_ACT_DGELU_TANH ? act_in : 0, .fused = fuse,
+                    .tf32 = tf32, .bias_numel = bias_numel};
   *id = e->n - 1;
   *fused = fuse;
   if (e->host) return SC_OK;
@@ -362,6 +392,7 @@ sc_status sc_gpu_gemm_add(sc_gpu_gemm *e, const sc_gemm *g, sc_dtype t, CUdevice
     unplan(e, x);
     x->fused = *fused = false;
     x->d = c;
+    x->aux = x->act_in = 0;
     sc_diag_clear(diag);
     st = plan_cublaslt(e, x, diag);
   }
@@ -382,10 +413,17 @@ sc_status sc_gpu_gemm_set_scales(sc_gpu_gemm *e, int32_t id, CUdeviceptr scale_a
   return SC_OK;
 }
 
-/* The activations as cuBLASLt's epilogues compute them (in f32). */
+/* The activations as cuBLASLt's epilogues compute them (in f32); DGELU's
+ * factor gelu'(x) at the GELU's input x. */
 static float host_act(sc_gemm_act a, float v) {
   if (a == SC_GEMM_ACT_RELU) return v > 0.0f ? v : 0.0f;
   return 0.5f * v * (1.0f + tanhf(0.7978845608f * (v + 0.044715f * v * v * v)));
+}
+
+static float host_dgelu(float x) {
+  float th = tanhf(0.7978845608f * (x + 0.044715f * x * x * x));
+  return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * 0.7978845608f *
+                                  (1.0f + 3.0f * 0.044715f * x * x);
 }
 
 /* Operand k (0: A, 1: B) of entry x rounded to TF32 in the engine's
@@ -403,31 +441,39 @@ static const float *to_tf32(const gemm_entry *x, int k) {
 static void host_gemm(void *ud) {
   const gemm_entry *x = ud;
   const sc_gemm *g = x->g;
+  CUdeviceptr p = x->aux ? x->aux : x->d; /* the product: into C when kept */
   if (x->t == SC_DTYPE_BF16)
     sc_host_gemm_bf16(g, (const uint16_t *)(uintptr_t)x->a, (const uint16_t *)(uintptr_t)x->b,
                       x->bias ? (const uint16_t *)(uintptr_t)x->bias : NULL, x->bias_numel,
-                      (uint16_t *)(uintptr_t)x->d, NULL, x->e->host_scratch, NULL);
+                      (uint16_t *)(uintptr_t)p, NULL, x->e->host_scratch, NULL);
   else
     sc_host_gemm_f32(g, x->tf32 ? to_tf32(x, 0) : (const float *)(uintptr_t)x->a,
                      x->tf32 ? to_tf32(x, 1) : (const float *)(uintptr_t)x->b,
                      x->bias ? (const float *)(uintptr_t)x->bias : NULL, x->bias_numel,
-                     (float *)(uintptr_t)x->d, NULL, NULL, NULL, NULL);
+                     (float *)(uintptr_t)p, NULL, NULL, NULL, NULL);
   if (x->scale_a) /* f32: the factor rounded once, multiplied into the sum once */
-    sc_host_gemm_scale(g, (float *)(uintptr_t)x->d,
+    sc_host_gemm_scale(g, (float *)(uintptr_t)p,
                        *(const float *)(uintptr_t)x->scale_a * *(const float *)(uintptr_t)x->scale_b);
   if (!x->fused) return;
-  /* the activation over D's m x n elements of each batch entry (in bf16,
-   * on the rounded product: cuBLASLt rounds once, after it) */
+  /* the activation over D's m x n elements of each batch entry, from the
+   * product into D (in bf16 on the rounded product, as the epilogue kernel
+   * reads C: cuBLASLt rounds once, after the activation) */
   for (int64_t b = 0; b < g->batch; b++)
     for (int64_t i = 0; i < g->m; i++) {
       int64_t row = b * g->stride_c + i * g->ldc;
       if (x->t == SC_DTYPE_BF16) {
+        const uint16_t *s = (const uint16_t *)(uintptr_t)p + row;
+        const uint16_t *in = (const uint16_t *)(uintptr_t)x->act_in + row;
         uint16_t *d = (uint16_t *)(uintptr_t)x->d + row;
         for (int64_t j = 0; j < g->n; j++)
-          d[j] = sc_f32_to_bf16(host_act(g->act, sc_bf16_to_f32(d[j])));
+          d[j] = sc_f32_to_bf16(x->act_in ? sc_bf16_to_f32(s[j]) * host_dgelu(sc_bf16_to_f32(in[j]))
+                                          : host_act(g->act, sc_bf16_to_f32(s[j])));
       } else {
+        const float *s = (const float *)(uintptr_t)p + row;
+        const float *in = (const float *)(uintptr_t)x->act_in + row;
         float *d = (float *)(uintptr_t)x->d + row;
-        for (int64_t j = 0; j < g->n; j++) d[j] = host_act(g->act, d[j]);
+        for (int64_t j = 0; j < g->n; j++)
+          d[j] = x->act_in ? s[j] * host_dgelu(in[j]) : host_act(g->act, s[j]);
       }
     }
 }
@@ -450,6 +496,9 @@ sc_status sc_gpu_gemm_enqueue(sc_gpu_gemm *e, int32_t id, CUstream s, sc_diag *d
         e->cu->host_access((const void *)(uintptr_t)x->scale_b, sizeof(float), 0);
       }
       e->cu->host_access((const void *)(uintptr_t)x->d, (size_t)span[2] * es, 1);
+      if (x->aux) e->cu->host_access((const void *)(uintptr_t)x->aux, (size_t)span[2] * es, 1);
+      if (x->act_in)
+        e->cu->host_access((const void *)(uintptr_t)x->act_in, (size_t)span[2] * es, 0);
     }
     return sc_cu_check(e->cu, e->cu->launch_host_func(s, host_gemm, x), "cuLaunchHostFunc",
                        "the host GEMM", diag);

@@ -16,12 +16,17 @@
  *             epilogue; a full [m, n] bias is the C operand with beta 1.
  *             An activation the step's epilogue kernel computes
  *             (sc_gemm.act) is the RELU or GELU epilogue (cuBLASLt's GELU
- *             is the tanh form), written to act_out.
+ *             is the tanh form), written to act_out; where C is read
+ *             later too (sc_gemm.act_aux) the GELU_AUX epilogue, which
+ *             also writes the GELU's input, C, as its aux output; a GELU's
+ *             derivative times the product (DGELU_TANH) the DGELU
+ *             epilogue, reading act_in as its aux input.
  *   host      on the emulated GPU: sc_host_gemm_f32 (oneDNN, the CPU
  *             device's tiles; sc_host_gemm_bf16 for bf16, with a scratch
  *             the engine keeps for its largest GEMM) run as a host function
  *             on the stream, on the device memory that is host memory
- *             there; a fused activation is applied after it, in f32.
+ *             there; a fused activation is applied after it, in f32
+ *             (from C into act_out when C is kept).
  *
  * A GEMM whose operands are FP8 values (sc_gpu_gemm_add_fp8) is one
  * cuBLASLt FP8 matmul on either: on the emulated GPU the emulated
@@ -62,15 +67,20 @@ int32_t sc_gpu_gemm_n_tf32(const sc_gpu_gemm *e);
 const char *sc_gpu_gemm_engine(const sc_gpu_gemm *e);
 /* g must outlive the engine. t: its operands' dtype, f32 or bf16 (A, B,
  * C and the bias alike). bias may be 0 (none); bias_numel its length.
- * act_out: g->act_out's address, or 0. *fused: whether the product
+ * act_out: g->act_out's address, or 0; act_in: g->act_in's (DGELU_TANH),
+ * or 0. *fused: whether the product
  * applies g->act itself (program.h: sc_gemm.act), writing act_out and not
- * C, so that the caller must skip the step's epilogue kernel: when g->act
- * is set, beta is 0 and no full bias is the C operand, and on a GPU when
- * cuBLASLt has an algorithm with the RELU or GELU epilogue (else the
- * plain product, and the kernel runs). */
+ * C (and C as well with g->act_aux), so that the caller must skip the
+ * step's epilogue kernel: when g->act is set (tanh GELU only with
+ * act_aux; DGELU_TANH with act_in and no bias), beta is 0 and no full bias
+ * is the C operand, and on a GPU when cuBLASLt has an algorithm with the
+ * RELU, GELU, GELU_AUX or DGELU epilogue (GELU_AUX and DGELU: C's leading
+ * dim and batch stride multiples of 8; else the plain product, and the
+ * kernel runs). */
 sc_status sc_gpu_gemm_add(sc_gpu_gemm *e, const sc_gemm *g, sc_dtype t, CUdeviceptr a,
                           CUdeviceptr b, CUdeviceptr bias, int64_t bias_numel, CUdeviceptr c,
-                          CUdeviceptr act_out, int32_t *id, bool *fused, sc_diag *diag);
+                          CUdeviceptr act_out, CUdeviceptr act_in, int32_t *id, bool *fused,
+                          sc_diag *diag);
 /* FP8 operands of a GEMM: the FP8 copies (E4M3 or E5M2) of the values g's
  * f32 operands hold widened, in g's layout, and per-tensor scales that
  * multiply them (f32 device scalars; 0: none). */

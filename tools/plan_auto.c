@@ -141,6 +141,9 @@ typedef struct auto_args {
   const char *reduce_dtype; /* --reduce-dtype as given, or NULL: a numerics
                                choice of the step (like --precision), which
                                --auto keeps rather than chooses */
+  bool no_fuse_attention;   /* --no-fuse-attention: the block model and every
+                               candidate built with the attention cores
+                               unfused, as the step is (kept, not chosen) */
 } auto_args;
 
 /* --memory-budget: BYTES with an optional K, M, G suffix, or P% of the
@@ -223,10 +226,15 @@ static int split_args(int argc, char **argv, auto_args *a, sc_partition_args *p,
   }
   a->train = train;
   a->reduce_dtype = p->reduce_dtype;
+  a->no_fuse_attention = p->no_fuse_attention;
   if (p->reduce_dtype && asked) { /* in the replay, as the training options are */
     size_t len = strlen(a->train_opts);
     snprintf(a->train_opts + len, sizeof a->train_opts - len, " --reduce-dtype %s",
              p->reduce_dtype);
+  }
+  if (p->no_fuse_attention && asked) {
+    size_t len = strlen(a->train_opts);
+    snprintf(a->train_opts + len, sizeof a->train_opts - len, " --no-fuse-attention");
   }
   if (a->estimate) {
     if (asked || p->auto_plan) return sc_cli_usage_error("--estimate takes one plan (--mesh ...), "
@@ -297,7 +305,7 @@ static int32_t offload_horizon(const sc_search_cand *c) {
 
 static int compile(const sc_search_cand *c, const char *cluster, const sc_cluster *loaded,
                    const sc_device_target *target, const sc_cli_opts *base, const char *dim,
-                   const char *reduce_dtype, sc_train_args *ta, exact *out) {
+                   const auto_args *a, sc_train_args *ta, exact *out) {
   char mesh[128];
   int64_t batch = c->batch;
   sc_search_mesh(c, mesh, sizeof mesh);
@@ -311,7 +319,8 @@ static int compile(const sc_search_cand *c, const char *cluster, const sc_cluste
   p.schedule = c->pp > 1 ? c->schedule : NULL;
   p.virtual_stages = c->virtual_stages > 1 ? c->virtual_stages : 0;
   p.sequence_parallel = c->sequence_parallel;
-  if (!c->inference) p.reduce_dtype = reduce_dtype;
+  if (!c->inference) p.reduce_dtype = a->reduce_dtype;
+  p.no_fuse_attention = a->no_fuse_attention;
   p.expert_tensor_parallel = c->expert_tensor_parallel;
   sc_cli_opts o = *base; /* its weights or shapes only: choose() */
   int k = 0;
@@ -780,8 +789,7 @@ static int fewer_devices(auto_search *x, const sc_search_opts *so, const sc_cli_
     exact_order(fewer->top, fewer->n_top, nw);
     for (int32_t i = 0; i < nw; i++) {
       exact e = {0};
-      int frc = compile(&fewer->top[i], half, NULL, target, o, x->dim_name,
-                        x->args.reduce_dtype, ta, &e);
+      int frc = compile(&fewer->top[i], half, NULL, target, o, x->dim_name, &x->args, ta, &e);
       x->t_exact += e.seconds;
       if (frc) break;
       t0 = sc_cli_now_s();
@@ -825,6 +833,7 @@ static int model_of(const auto_search *x, sc_cli_opts *o, int64_t *batch, sc_blo
   int32_t n_dims = o->n_dims;
   sc_partition_args none;
   sc_partition_args_init(&none);
+  none.no_fuse_attention = x->args.no_fuse_attention; /* the step's cores, as it builds them */
   sc_build_setup bs;
   sc_build_setup_init(&bs, o, NULL);
   bs.compile.quiet = true;
@@ -1002,8 +1011,7 @@ static int choose(auto_search *x) {
         break;
       }
       exact e = {0};
-      rc = compile(&r->top[i], x->cluster_spec, x->cluster, &target, &o, dim_name,
-                   a.reduce_dtype, &ta, &e);
+      rc = compile(&r->top[i], x->cluster_spec, x->cluster, &target, &o, dim_name, &a, &ta, &e);
       t_round += e.seconds;
       if (!rc) {
         t0 = sc_cli_now_s();
@@ -1155,8 +1163,8 @@ static int64_t axis_size(const sc_partition *part, int32_t axis) {
  * cluster, a mesh with axes the search does not model), 2 (usage). */
 static int estimate_one(const auto_args *a, sc_partition_args *p, sc_train_args *ta,
                         const sc_cli_opts *o, const sc_cluster *cluster) {
-  auto_search x = {.goal = SC_SEARCH_TRAIN, .o = o, .ta = ta, .cluster_spec = p->cluster,
-                   .cluster = cluster};
+  auto_search x = {.goal = SC_SEARCH_TRAIN, .args = *a, .o = o, .ta = ta,
+                   .cluster_spec = p->cluster, .cluster = cluster};
   sc_cli_opts fo = *o;
   int64_t batch = 0;
   sc_block_model bm;
@@ -1257,11 +1265,13 @@ static int estimate_one(const auto_args *a, sc_partition_args *p, sc_train_args 
              e1, e2, ratio);
     }
   }
-  /* the all-gathers over fsdp (alone or with ep: the storage group of the
-   * parameters outside the experts under fsdp x ep): the estimate's count
-   * against the compiled step's (an unpipelined plan: one program) */
+  /* the all-gathers and reduce-scatters over fsdp (alone or with ep: the
+   * storage group of the parameters outside the experts under fsdp x ep):
+   * the estimate's counts against the compiled step's (an unpipelined
+   * plan: one program) */
   double est_gathers = sc_search_step_gathers(&bm, &so, &c);
-  int64_t exact_gathers = -1;
+  double est_scatters = sc_search_step_scatters(&bm, &so, &c);
+  int64_t exact_gathers = -1, exact_scatters = -1;
   if (dp->n_stages == 1 && part->fsdp_axis >= 0) {
     sc_train_comm *cm = NULL;
     int32_t n_cm = 0;
@@ -1271,10 +1281,12 @@ static int estimate_one(const auto_args *a, sc_partition_args *p, sc_train_args 
       sc_build_destroy(b);
       return sc_cli_report(&d, o->file);
     }
-    exact_gathers = 0;
-    for (int32_t i = 0; i < n_cm; i++)
-      if (cm[i].kind == SC_COMM_ALL_GATHER && (cm[i].axes & (1u << part->fsdp_axis)))
-        exact_gathers += cm[i].ops;
+    exact_gathers = exact_scatters = 0;
+    for (int32_t i = 0; i < n_cm; i++) {
+      if (!(cm[i].axes & (1u << part->fsdp_axis))) continue;
+      if (cm[i].kind == SC_COMM_ALL_GATHER) exact_gathers += cm[i].ops;
+      if (cm[i].kind == SC_COMM_REDUCE_SCATTER) exact_scatters += cm[i].ops;
+    }
     sc_free(cm);
   }
   const sc_plan_predicted *ex = &b->plan->predicted;
@@ -1284,10 +1296,14 @@ static int estimate_one(const auto_args *a, sc_partition_args *p, sc_train_args 
                              (json_int_t)batch, "estimate", sc_plan_predicted_json(&est),
                              "exact", sc_plan_predicted_json(ex), "ranks", ranks,
                              "peak_ratio", peak_ratio, "lowest_rank_ratio", worst);
-    if (root && exact_gathers >= 0)
+    if (root && exact_gathers >= 0) {
       json_object_set_new(root, "fsdp_gathers",
                           json_pack("{s:f, s:I}", "estimate", est_gathers, "exact",
                                     (json_int_t)exact_gathers));
+      json_object_set_new(root, "fsdp_scatters",
+                          json_pack("{s:f, s:I}", "estimate", est_scatters, "exact",
+                                    (json_int_t)exact_scatters));
+    }
     char *text = root ? json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(17)) : NULL;
     if (text) printf("%s\n", text);
     free(text);
@@ -1302,9 +1318,12 @@ static int estimate_one(const auto_args *a, sc_partition_args *p, sc_train_args 
     printf("step: estimate %s, exact %s (%+.1f %%)\n", t1, t2,
            ex->step_time_s > 0 ? 100 * (c.step_s - ex->step_time_s) / ex->step_time_s : 0.0);
     printf("  %s\n", opts);
-    if (exact_gathers >= 0)
+    if (exact_gathers >= 0) {
       printf("all-gathers over fsdp a step: estimate %.0f, exact %lld\n", est_gathers,
              (long long)exact_gathers);
+      printf("reduce-scatters over fsdp a step: estimate %.0f, exact %lld\n", est_scatters,
+             (long long)exact_scatters);
+    }
   }
   sc_free(rows);
   sc_build_destroy(b);
@@ -1734,6 +1753,7 @@ int sc_plan_auto_resolve(sc_partition_args *p, const sc_cli_opts *o, sc_train_ar
                    .cluster_spec = p->cluster, .cluster = p->cluster_loaded};
   if (ta) x.args.budget_bytes = ta->memory_budget;
   x.args.reduce_dtype = p->reduce_dtype;
+  x.args.no_fuse_attention = p->no_fuse_attention;
   if ((rc = choose(&x)) != 0) return rc;
   const sc_search_cand *c = &x.r->top[x.chosen];
   const sc_plan_predicted *pr = &x.ex.b->plan->predicted;

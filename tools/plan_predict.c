@@ -3,7 +3,9 @@
  * rank that is, tokens/s, TFLOP/s per GPU and MFU, the largest rank's
  * memory against the device's, then one row per pipeline rank: compute,
  * exposed communication per group of mesh axes, bubble, recompute,
- * optimizer and their sum (the rank's finish). The figures are
+ * optimizer and their sum (the rank's finish); then the last rank's
+ * collectives and sends per group (calls, bytes, the queue's busy time,
+ * the exposed part: --json's "collectives"). The figures are
  * sc_dist_sim_run's; this file only formats them. */
 #include <stdio.h>
 #include <time.h>
@@ -108,5 +110,21 @@ void sc_plan_print_predicted(const sc_dist_program *dp, const sc_plan *pl, const
            "and back) in %s on its copy queue beside compute; the column is what compute "
            "waited for\n",
            (int)r->pipe_rank, b, r->copy_bytes, a);
+  }
+  /* the last rank's collectives and sends per group (--json's
+   * "predicted": "collectives") */
+  bool any = false;
+  for (int32_t j = 0; j < cr->n_comm; j++) any |= cr->comm[j].ops > 0;
+  if (!any) return;
+  printf("  collectives of pipeline rank %d, rank %lld, a step (calls, their bytes, the queue's "
+         "busy time, what compute waited for):\n", (int)cr->pipe_rank, (long long)cr->rank);
+  printf("    %-12s %10s %18s %12s %12s\n", "group", "calls", "bytes", "busy", "exposed");
+  for (int32_t j = 0; j < cr->n_comm; j++) {
+    const sc_dist_sim_comm *cm = &cr->comm[j];
+    if (cm->ops <= 0) continue;
+    sc_cli_format_axes(&dp->mesh, cm->axes, axes, sizeof axes);
+    sc_cli_format_seconds(cm->busy_s, a, sizeof a);
+    sc_cli_format_seconds(cm->exposed_s, b, sizeof b);
+    printf("    %-12s %10lld %18.0f %12s %12s\n", axes, (long long)cm->ops, cm->bytes, a, b);
   }
 }

@@ -41,6 +41,19 @@
  * p->local_end (the global-to-local node map, used only to place stages)
  * is not kept up to date.
  *
+ * With ep before fsdp in the mesh, localize gathers the storage group of a
+ * parameter outside the experts as a pair, over ep and then over fsdp, and
+ * reduce-scatters its gradient over fsdp and then over ep (a rank's key in
+ * one group over both, ep outer, is not its piece's index on the dim, fsdp
+ * outer). Such a pair is a member as one gather over the group (its
+ * second's output its y_t, inner_gather), and the group's gather runs over
+ * "ep,fsdp", its rows put in the dim's order by a Transpose of
+ * [E, F, N] to [F, E, N]; a pair outside the groups (outside blocks, of a
+ * value that is no parameter, or under ZeRO-1/2) is a bucket of one. The
+ * reduce-scatter pairs likewise (inner_scatter; the bucket's rows
+ * transposed from [F, E, n] to [E, F, n] before it). The pair's first
+ * collective, read by its second alone, is dropped.
+ *
  * The gradients' reductions are grouped the same way
  * (sc_partition_bucket_reductions). A member is the reduction of one
  * "grad:P": its ReduceScatter over a storage group along dim 0 (ZeRO
@@ -102,6 +115,7 @@ enum { CHAIN = 8 }; /* nodes at most between a collective's value and its parame
 
 typedef struct member {
   int32_t node;        /* the old AllGather */
+  int32_t inner;       /* the old gather over ep before it (ep first), or -1 */
   int32_t x, y;        /* its shard input and full output */
   int64_t n;           /* elements of the shard */
   int32_t chain[CHAIN], n_chain; /* an update's gather: the nodes making
@@ -117,6 +131,7 @@ typedef struct bucketer {
   bool *moved;         /* [first_new] old nodes that are in ins_node */
   int32_t n_new, cap_new, first_new;
   const int32_t *off;  /* sc_partition_split_grad_sums: sc_graph_users' offsets */
+  bool dead;           /* old nodes were marked SC_NODE_DEAD (compact after) */
 } bucketer;
 
 static sc_status nomem(sc_diag *d) {
@@ -133,6 +148,8 @@ static int64_t stage_of(const sc_node *n) {
   return a ? a->i : 0;
 }
 
+static int64_t axis_size(const sc_partition *p, int32_t axis) { return p->mesh.axes[axis].size; }
+
 /* The size of collective n's group when it runs over a storage group
  * (fsdp alone, or fsdp then ep: localize.c's storage_group), else 0. */
 static int64_t storage_size(const sc_partition *p, const sc_node *n) {
@@ -147,14 +164,47 @@ static int64_t storage_size(const sc_partition *p, const sc_node *n) {
   return S * p->mesh.axes[p->ep_axis].size;
 }
 
-/* Whether node i gathers a parameter shard along dim 0 over a storage
- * group (storage_size); its parameter through *param. */
-static bool candidate(const bucketer *b, int32_t i, const char **param) {
+/* Whether node i is an AllGather along dim 0 over mesh axis `axis` alone. */
+static bool gathers_over(const sc_partition *p, const sc_node *n, int32_t axis) {
+  const sc_attr *ax = sc_node_attr(n, "axes"), *dim = sc_node_attr(n, "axis");
+  return n->op == SC_OP_ALL_GATHER && n->n_inputs == 1 && n->n_outputs == 1 &&
+         n->inputs[0] >= 0 && axis >= 0 && ax && ax->n == 1 &&
+         strcmp(ax->strings[0], p->mesh.axes[axis].name) == 0 && (!dim || dim->i == 0);
+}
+
+/* With ep before fsdp in the mesh, localize gathers the storage group of a
+ * parameter outside the experts axis by axis, over ep and then over fsdp
+ * (a rank's key in one group over both would not be its piece's index:
+ * localize.c's storage_group). When node i is such a pair's gather over
+ * fsdp: the pair's gather over ep, which only i reads, else -1. */
+static int32_t inner_gather(const bucketer *b, const int32_t *off, int32_t i) {
+  const sc_partition *p = b->p;
   const sc_node *n = &b->L->nodes[i];
+  if (p->ep_axis < 0 || p->ep_axis > p->fsdp_axis || !gathers_over(p, n, p->fsdp_axis))
+    return -1;
+  int32_t e = b->L->values[n->inputs[0]].producer;
+  if (e < 0 || !gathers_over(p, &b->L->nodes[e], p->ep_axis) ||
+      off[n->inputs[0] + 1] - off[n->inputs[0]] != 1 ||
+      (b->L->values[n->inputs[0]].flags & SC_VALUE_OUTPUT))
+    return -1;
+  return e;
+}
+
+/* Whether node i gathers a parameter shard along dim 0 over a storage
+ * group (storage_size, or a pair's: *inner, inner_gather); its parameter
+ * through *param, its group's size through *S. */
+static bool candidate(const bucketer *b, const int32_t *off, int32_t i, const char **param,
+                      int32_t *inner, int64_t *S) {
+  const sc_node *n = &b->L->nodes[i];
+  *inner = -1;
   if (n->op != SC_OP_ALL_GATHER || n->n_inputs != 1 || n->n_outputs != 1 || n->inputs[0] < 0)
     return false;
   const sc_attr *dim = sc_node_attr(n, "axis");
-  if (!storage_size(b->p, n) || (dim && dim->i != 0)) return false;
+  *S = storage_size(b->p, n);
+  if ((*inner = inner_gather(b, off, i)) >= 0)
+    *S = axis_size(b->p, b->p->fsdp_axis) * axis_size(b->p, b->p->ep_axis);
+  if (!*S || (dim && dim->i != 0)) return false;
+  if (*inner >= 0) n = &b->L->nodes[*inner]; /* the parameter's shard is its input */
   const sc_value *x = &b->L->values[n->inputs[0]];
   const sc_node *c = x->producer >= 0 ? &b->L->nodes[x->producer] : NULL;
   if (c && c->op == SC_OP_CAST && c->n_inputs == 1 && c->inputs[0] >= 0)
@@ -283,6 +333,46 @@ static sc_status attr_int(bucketer *b, int32_t nid, const char *name, int64_t v)
   return SC_OK;
 }
 
+/* The axes of a pair's bucket gather nid (inner_gather): the group over ep
+ * and fsdp, in mesh order. */
+static sc_status pair_axes(bucketer *b, int32_t nid) {
+  sc_attr *a = sc_node_add_attr(b->L, nid, "axes", SC_ATTR_STRINGS);
+  const char **s = a ? sc_arena_array(&b->L->arena, 2, sizeof *s) : NULL;
+  if (!s) return nomem(b->d);
+  s[0] = b->p->mesh.axes[b->p->ep_axis].name;
+  s[1] = b->p->mesh.axes[b->p->fsdp_axis].name;
+  a->strings = s;
+  a->n = 2;
+  return SC_OK;
+}
+
+/* Value v of A·B·n elements, its rows in one order of the pair's group
+ * (inner_gather), in the other: Transpose(Reshape(v, [A, B, n]), [1, 0,
+ * 2]) [B, A, n]; or -1. A gather's rows come in key order, ep outer
+ * (e·F + f), and are wanted in the stored dim's order, fsdp outer (f·E +
+ * e): A = E, B = F; a reduce-scatter's, the other way round. */
+static int32_t reorder(bucketer *b, int32_t v, int64_t A, int64_t B, int64_t n, const char *base,
+                       int64_t stage, int32_t before) {
+  sc_graph *L = b->L;
+  int64_t from[3] = {A, B, n}, to[3] = {B, A, n};
+  sc_dtype t = L->values[v].dtype;
+  int32_t shp = const_i64(b, 3, from);
+  int32_t v3 = shp < 0 ? -1 : new_value(b, L->values[v].name, t, 3, from);
+  int32_t tr = v3 < 0 ? -1 : new_value(b, L->values[v].name, t, 3, to);
+  if (tr < 0 || emit(b, SC_OP_RESHAPE, base, (int32_t[]){v, shp}, 2, v3, stage, before) < 0)
+    return -1;
+  int32_t nt = emit(b, SC_OP_TRANSPOSE, base, &v3, 1, tr, stage, before);
+  sc_attr *perm = nt < 0 ? NULL : sc_node_add_attr(L, nt, "perm", SC_ATTR_INTS);
+  int64_t *p = perm ? sc_arena_array(&L->arena, 3, sizeof *p) : NULL;
+  if (!p) return -1;
+  p[0] = 1;
+  p[1] = 0;
+  p[2] = 2;
+  perm->ints = p;
+  perm->n = 3;
+  return tr;
+}
+
 /* The group's bucket (see the top): before old node `at`, or where its
  * first member was gathered (at < 0; each member copied out where it was
  * gathered). An update's gathers (at >= 0: after the last member's) are
@@ -318,10 +408,13 @@ static sc_status bucket(bucketer *b, const member *m, int32_t k, int64_t S, int3
   if (st == SC_OK && (nc < 0 || attr_int(b, nc, "axis", 0) != SC_OK)) st = lerr(b);
   int32_t ng = st == SC_OK ? emit(b, SC_OP_ALL_GATHER, base, &cat, 1, all, stage, first) : -1;
   if (st == SC_OK && ng < 0) st = lerr(b);
-  if (st == SC_OK) st = copy_axes(b, ng, m[0].node); /* the member's, shared */
+  if (st == SC_OK) st = m[0].inner >= 0 ? pair_axes(b, ng) : copy_axes(b, ng, m[0].node);
   if (st == SC_OK && attr_int(b, ng, "axis", 0) != SC_OK) st = lerr(b);
-  if (st == SC_OK && emit(b, SC_OP_RESHAPE, base, (int32_t[]){all, gshape}, 2, g2, stage,
-                          first) < 0)
+  if (st == SC_OK && m[0].inner >= 0)
+    all = reorder(b, all, axis_size(b->p, b->p->ep_axis), axis_size(b->p, b->p->fsdp_axis), N,
+                  base, stage, first);
+  if (st == SC_OK && (all < 0 || emit(b, SC_OP_RESHAPE, base, (int32_t[]){all, gshape}, 2, g2,
+                                      stage, first) < 0))
     st = lerr(b);
   for (int32_t j = 0, off = 0; st == SC_OK && j < k; off += (int32_t)m[j].n, j++) {
     const sc_value y = L->values[m[j].y]; /* a copy: adding values moves the array */
@@ -340,6 +433,11 @@ static sc_status bucket(bucketer *b, const member *m, int32_t k, int64_t S, int3
       break;
     }
     to_identity(b, m[j].node, full); /* the old gather */
+    if (m[j].inner >= 0) { /* and the pair's first, read by it alone */
+      L->nodes[m[j].inner].flags |= SC_NODE_DEAD;
+      L->values[L->nodes[m[j].inner].outputs[0]].flags |= SC_VALUE_DEAD;
+      b->dead = true;
+    }
     if (at >= 0 && !put(b, m[j].node, at)) st = nomem(b->d);
     for (int32_t c = 0; at >= 0 && c < m[j].n_chain && st == SC_OK; c++) /* after it, in order */
       if (!put(b, m[j].chain[c], at)) st = nomem(b->d);
@@ -384,9 +482,11 @@ static sc_status place(bucketer *b) {
   return st;
 }
 
-/* Places what was made (st OK), verifies the graph, frees the lists. */
+/* Places what was made (st OK), drops the nodes marked dead, verifies the
+ * graph, frees the lists. */
 static sc_status finish(bucketer *b, sc_status st) {
   if (st == SC_OK && b->n_new > 0) st = place(b);
+  if (st == SC_OK && b->dead && sc_graph_compact(b->L) != SC_OK) st = lerr(b);
   if (st == SC_OK && sc_graph_verify(b->L, true) != SC_OK) {
     *b->d = b->L->diag;
     st = b->d->status;
@@ -407,6 +507,9 @@ static int32_t first_use(const sc_graph *L, const int32_t *off, const int32_t *u
 }
 
 typedef struct rmember {
+  int32_t pair;        /* the old ReduceScatter over ep that alone reads
+                          rs's result (ep first in the mesh, inner_scatter):
+                          the two run as one over the group, or -1 */
   int32_t rs, ar;      /* the old ReduceScatter over fsdp, or -1; the
                           AllReduce of its result over the replicas (HSDP),
                           or without one of the gradient itself, or -1 */
@@ -504,6 +607,28 @@ static bool rs_candidate(const bucketer *b, const int32_t *off, const int32_t *u
   return true;
 }
 
+/* With ep before fsdp in the mesh, localize reduce-scatters the storage
+ * group of a parameter outside the experts axis by axis (as it gathers it:
+ * inner_gather), over fsdp and then over ep: for such a pair's first, node
+ * i, the second, which alone reads its result, else -1. */
+static int32_t inner_scatter(const bucketer *b, const int32_t *off, const int32_t *users,
+                             int32_t i) {
+  const sc_partition *p = b->p;
+  const sc_graph *L = b->L;
+  int32_t y = L->nodes[i].outputs[0];
+  if (p->ep_axis < 0 || p->ep_axis > p->fsdp_axis || off[y + 1] - off[y] != 1 ||
+      (L->values[y].flags & SC_VALUE_OUTPUT))
+    return -1;
+  int32_t j = users[off[y]];
+  const sc_node *n = &L->nodes[j];
+  const sc_attr *ax = sc_node_attr(n, "axes"), *dim = sc_node_attr(n, "axis");
+  bool over_ep = n->op == SC_OP_REDUCE_SCATTER && n->n_inputs == 1 && n->n_outputs == 1 &&
+                 n->outputs[0] >= 0 && ax && ax->n == 1 &&
+                 strcmp(ax->strings[0], p->mesh.axes[p->ep_axis].name) == 0 && dim &&
+                 dim->i == 0 && L->values[y].dims[0] % axis_size(p, p->ep_axis) == 0;
+  return over_ep ? j : -1;
+}
+
 /* Whether node i is an AllReduce (over any axes, of one input and output). */
 static bool is_all_reduce(const sc_graph *L, int32_t i) {
   const sc_node *n = &L->nodes[i];
@@ -576,11 +701,15 @@ static sc_status bucket_rs(bucketer *b, const rmember *m, int32_t k, int64_t S) 
     int32_t fshape = const_i64(b, 1, &N);
     int32_t flat = fshape < 0 ? -1 : new_value(b, "bucket", t, 1, &N);
     red = flat < 0 ? -1 : new_value(b, "bucket_reduced", t, 1, &piece);
-    if (red < 0 || emit(b, SC_OP_RESHAPE, base, (int32_t[]){cat, fshape}, 2, flat, stage, at) < 0)
+    if (red >= 0 && m[0].pair >= 0) /* the rows in the group's key order */
+      cat = reorder(b, cat, axis_size(b->p, b->p->fsdp_axis), axis_size(b->p, b->p->ep_axis),
+                    N / S, base, stage, at);
+    if (red < 0 || cat < 0 ||
+        emit(b, SC_OP_RESHAPE, base, (int32_t[]){cat, fshape}, 2, flat, stage, at) < 0)
       st = lerr(b);
     int32_t nr = st == SC_OK ? emit(b, SC_OP_REDUCE_SCATTER, base, &flat, 1, red, stage, at) : -1;
     if (st == SC_OK && nr < 0) st = lerr(b);
-    if (st == SC_OK) st = copy_axes(b, nr, m[0].rs);
+    if (st == SC_OK) st = m[0].pair >= 0 ? pair_axes(b, nr) : copy_axes(b, nr, m[0].rs);
     if (st == SC_OK && attr_int(b, nr, "axis", 0) != SC_OK) st = lerr(b);
   }
   if (st == SC_OK && m[0].ar >= 0) { /* the members' all-reduce, once */
@@ -609,8 +738,13 @@ static sc_status bucket_rs(bucketer *b, const rmember *m, int32_t k, int64_t S) 
       st = lerr(b);
       break;
     }
+    if (m[j].pair >= 0) { /* the pair's first, read by its second alone */
+      L->nodes[m[j].rs].flags |= SC_NODE_DEAD;
+      L->values[L->nodes[m[j].rs].outputs[0]].flags |= SC_VALUE_DEAD;
+      b->dead = true;
+    }
     for (int32_t c = 0; c < 2 && st == SC_OK; c++) {
-      int32_t old = c ? m[j].ar : m[j].rs;
+      int32_t old = c ? m[j].ar : m[j].pair >= 0 ? m[j].pair : m[j].rs;
       if (old < 0) continue;
       to_identity(b, old, full);
       if (!put(b, old, use)) st = nomem(b->d);
@@ -633,15 +767,18 @@ static sc_status begin(sc_partition *p, sc_diag *d, sc_stats *stats, bucketer *b
 }
 
 sc_status sc_partition_bucket_gathers(sc_partition *p, sc_diag *d) {
-  /* ZeRO-3 gathers the parameters before their use; ZeRO-1/2 gather the
-   * updated parameters after the update (update_candidate) */
+  if (p->fsdp_axis < 0 || !p->local) return SC_OK;
+  /* ZeRO-3 gathers the parameters before their use, ZeRO-1/2 the updated
+   * parameters after the update (update_candidate): both bucketed; a pair
+   * (ep before fsdp) outside the buckets is made one collective */
   bool update = p->zero_stage == 1 || p->zero_stage == 2;
-  if (p->fsdp_axis < 0 || (p->zero_stage != 3 && !update) || !p->local) return SC_OK;
+  bool buckets = p->zero_stage == 3 || update;
+  if (!buckets && (p->ep_axis < 0 || p->ep_axis > p->fsdp_axis)) return SC_OK;
   sc_graph *L = p->local;
   sc_stats stats;
   bucketer b;
   if (begin(p, d, &stats, &b) != SC_OK) return d->status;
-  int32_t n0 = L->n_nodes, *off = NULL, *users = NULL;
+  int32_t n0 = L->n_nodes;
   /* one open group per dtype and storage group (GATHER_SLOTS at once): a
    * bf16 step gathers its products' weights in bf16 and its norms' in f32,
    * interleaved; under fsdp x ep a block's experts over fsdp, the rest
@@ -650,22 +787,39 @@ sc_status sc_partition_bucket_gathers(sc_partition *p, sc_diag *d) {
   member *open = sc_malloc(((size_t)n0 + 1) * GATHER_SLOTS * sizeof *open);
   const char **params = sc_malloc(((size_t)n0 + 1) * GATHER_SLOTS * sizeof *params);
   b.moved = sc_calloc((size_t)n0 + 1, sizeof *b.moved);
-  int32_t k[GATHER_SLOTS] = {0}, n_groups = 0;
+  int32_t k[GATHER_SLOTS] = {0}, n_groups = 0, *off = NULL, *users = NULL;
   int64_t key_stage = -1, key_block = -2, key_S[GATHER_SLOTS] = {0};
   sc_dtype key_t[GATHER_SLOTS];
   for (int32_t q = 0; q < GATHER_SLOTS; q++) key_t[q] = SC_DTYPE_UNDEF;
-  sc_status st = open && params && b.moved ? SC_OK : nomem(d);
-  if (st == SC_OK && update && sc_graph_users(L, &off, &users) != SC_OK) st = nomem(d);
+  sc_status st = open && params && b.moved && sc_graph_users(L, &off, &users) == SC_OK
+                    ? SC_OK
+                    : nomem(d);
   for (int32_t i = 0; st == SC_OK && i <= n0; i++) {
     const char *param = NULL;
-    member mi = {.node = i};
-    bool cand = i < n0 && (update ? update_candidate(&b, off, users, i, &param, &mi)
-                                  : candidate(&b, i, &param));
+    int32_t inner = -1;
+    int64_t S = 0;
+    member mi = {.node = i, .inner = -1};
+    bool cand = i < n0 && (update ? inner_gather(&b, off, i) < 0 &&
+                                        update_candidate(&b, off, users, i, &param, &mi)
+                                  : candidate(&b, off, i, &param, &inner, &S));
+    if (update && cand) S = storage_size(p, &L->nodes[i]);
     int64_t stage = cand ? stage_of(&L->nodes[i]) : -1;
     int64_t block = cand && stats.block_key ? sc_stats_block_of_name(stats.block_key, param) : -1;
-    cand &= block >= 0; /* outside blocks (embeddings, the last norm): used far apart */
-    sc_dtype t = cand ? L->values[L->nodes[i].inputs[0]].dtype : SC_DTYPE_UNDEF;
-    int64_t S = cand ? storage_size(p, &L->nodes[i]) : 0;
+    /* outside blocks (embeddings, the last norm): used far apart, gathered
+     * alone; a pair alone (or one of values, not parameters) too, as one
+     * gather over its group */
+    if (!cand && i < n0) inner = inner_gather(&b, off, i);
+    if (inner >= 0 && (!cand || block < 0 || !buckets)) {
+      member one = {.node = i, .inner = inner, .x = L->nodes[inner].inputs[0],
+                    .y = L->nodes[i].outputs[0]};
+      one.n = sc_value_numel(&L->values[one.x]);
+      st = bucket(&b, &one, 1, axis_size(p, p->fsdp_axis) * axis_size(p, p->ep_axis), -1);
+      continue;
+    }
+    cand &= buckets && block >= 0;
+    int32_t x = cand ? L->nodes[inner >= 0 ? inner : i].inputs[0] : -1;
+    sc_dtype t = cand ? L->values[x].dtype : SC_DTYPE_UNDEF;
+    if (!cand) S = 0;
     int32_t s = 0; /* the slot of the dtype and group, or the one to give way */
     while (s < GATHER_SLOTS && (key_t[s] != t || key_S[s] != S)) s++;
     if (s == GATHER_SLOTS) {
@@ -679,7 +833,7 @@ sc_status sc_partition_bucket_gathers(sc_partition *p, sc_diag *d) {
     for (int32_t q = 0; q < GATHER_SLOTS && st == SC_OK; q++) {
       bool close = moved_on || (cand && q == s && (key_t[q] != t || key_S[q] != S || again));
       if (!close) continue;
-      if (k[q] >= 2) {
+      if (k[q] >= 2 || (k[q] == 1 && open[(size_t)q * (n0 + 1)].inner >= 0)) {
         const member *o = open + (size_t)q * (n0 + 1);
         st = bucket(&b, o, k[q], key_S[q], update ? o[k[q] - 1].node + 1 : -1);
         n_groups++;
@@ -689,7 +843,7 @@ sc_status sc_partition_bucket_gathers(sc_partition *p, sc_diag *d) {
       key_S[q] = 0;
     }
     if (!cand || st != SC_OK) continue;
-    int32_t x = L->nodes[i].inputs[0];
+    mi.inner = inner;
     mi.x = x;
     mi.y = L->nodes[i].outputs[0];
     mi.n = sc_value_numel(&L->values[x]);
@@ -753,9 +907,12 @@ typedef struct rgroup {
 /* Closes group g (a bucket when it has two members or more). */
 static sc_status close_group(bucketer *b, rgroup *g) {
   sc_status st = SC_OK;
-  if (g->k >= 2)
+  const sc_partition *p = b->p;
+  if (g->k >= 2 || (g->k == 1 && g->m[0].pair >= 0)) /* a pair alone: one collective too */
     st = bucket_rs(b, g->m, g->k,
-                   g->m[0].rs >= 0 ? storage_size(b->p, &b->L->nodes[g->m[0].rs]) : 1);
+                   g->m[0].pair >= 0 ? axis_size(p, p->fsdp_axis) * axis_size(p, p->ep_axis)
+                   : g->m[0].rs >= 0 ? storage_size(p, &b->L->nodes[g->m[0].rs])
+                                     : 1);
   g->k = 0;
   g->use = INT32_MAX;
   g->bytes = 0;
@@ -797,11 +954,12 @@ static int32_t rs_tail(const sc_graph *L, const int32_t *off, const int32_t *use
 }
 
 /* The nodes of the cone of node i after node `after` (the producers it
- * needs, back to `after`), in node order, through cone (at most CHAIN,
- * counting i): false when it is larger, holds a collective or crosses
- * into another piece. seen: [n_nodes] false on entry and on return. */
-static bool cone_of(const sc_graph *L, int32_t i, int32_t after, int32_t *cone, int32_t *n_cone,
-                    bool *seen) {
+ * needs, back to `after`, but those already moved: placed[k] >= 0), in
+ * node order, through cone (at most CHAIN, counting i): false when it is
+ * larger, holds a collective or crosses into another piece. seen:
+ * [n_nodes] false on entry and on return. */
+static bool cone_of(const sc_graph *L, int32_t i, int32_t after, const int32_t *placed,
+                    int32_t *cone, int32_t *n_cone, bool *seen) {
   int32_t n = 0, stage = (int32_t)stage_of(&L->nodes[i]);
   bool ok = true;
   cone[n++] = i;
@@ -810,7 +968,7 @@ static bool cone_of(const sc_graph *L, int32_t i, int32_t after, int32_t *cone, 
     const sc_node *nd = &L->nodes[cone[at]];
     for (int32_t k = 0; ok && k < nd->n_inputs; k++) {
       int32_t v = nd->inputs[k], pr = v >= 0 ? L->values[v].producer : -1;
-      if (pr <= after || seen[pr]) continue;
+      if (pr <= after || seen[pr] || placed[pr] >= 0) continue;
       ok = n < CHAIN && !is_collective(L, pr) && stage_of(&L->nodes[pr]) == stage;
       if (ok) {
         seen[pr] = true;
@@ -867,7 +1025,7 @@ static sc_status hoist_reductions(bucketer *b, const sc_stats *stats) {
         blocked = nd->inputs[k] >= 0 && result[nd->inputs[k]];
     }
     int32_t cone[CHAIN], n_cone = 0;
-    if (blocked && cone_of(L, i, last, cone, &n_cone, seen)) {
+    if (blocked && cone_of(L, i, run, anchor, cone, &n_cone, seen)) {
       for (int32_t k = 0; k < n_cone + n_tail; k++) {
         int32_t nd = k < n_cone ? cone[k] : tail[k - n_cone];
         anchor[nd] = run;
@@ -1027,12 +1185,13 @@ sc_status sc_partition_bucket_reductions(sc_partition *p, sc_diag *d) {
   int64_t key_stage = -1, key_block = -2;
   for (int32_t i = 0; st == SC_OK && i <= n0; i++) {
     const char *param = NULL;
-    rmember m = {.rs = -1, .ar = -1};
+    rmember m = {.pair = -1, .rs = -1, .ar = -1};
     if (i < n0 && rs_candidate(&b, off, users, i, &param)) {
       const sc_node *n = &L->nodes[i];
       m.rs = i;
       m.g = n->inputs[0];
       m.y = n->outputs[0];
+      if ((m.pair = inner_scatter(&b, off, users, i)) >= 0) m.y = L->nodes[m.pair].outputs[0];
       int32_t r = first_use(L, off, users, m.y);
       bool sole = off[m.y + 1] - off[m.y] == 1 && !(L->values[m.y].flags & SC_VALUE_OUTPUT);
       if (sole && r < n0 && is_all_reduce(L, r)) { /* HSDP: over the replicas */
@@ -1057,13 +1216,18 @@ sc_status sc_partition_bucket_reductions(sc_partition *p, sc_diag *d) {
       m.y = L->nodes[i].outputs[0];
     }
     int64_t block = param && stats.block_key ? sc_stats_block_of_name(stats.block_key, param) : -1;
-    bool cand = param && block >= 0; /* outside blocks: used far apart */
+    /* outside blocks: used far apart, reduced alone (a pair as one) */
+    bool cand = param && (block >= 0 || m.pair >= 0);
     int64_t bytes = 0;
     if (cand) {
       m.n = sc_value_numel(&L->values[m.g]);
       if (m.n_chain == 0) m.use = first_use(L, off, users, m.y);
       m.chained = is_collective(L, m.use);
       bytes = m.n * (int64_t)sc_dtype_size(L->values[m.g].dtype);
+    }
+    if (cand && block < 0) {
+      st = bucket_rs(&b, &m, 1, axis_size(p, p->fsdp_axis) * axis_size(p, p->ep_axis));
+      continue;
     }
     int64_t stage = cand ? stage_of(&L->nodes[i]) : -1;
     sc_dtype t = cand ? L->values[m.g].dtype : SC_DTYPE_UNDEF;
@@ -1073,6 +1237,7 @@ sc_status sc_partition_bucket_reductions(sc_partition *p, sc_diag *d) {
     int32_t to = -1, empty = -1;
     for (int32_t j = 0; j < RGROUPS && to < 0; j++) {
       if (g[j].k > 0 && g[j].t == t && same_reduction(L, m.rs, g[j].m[0].rs) &&
+          (m.pair >= 0) == (g[j].m[0].pair >= 0) &&
           m.chained == g[j].m[0].chained && same_reduction(L, m.ar, g[j].m[0].ar))
         to = j;
       if (g[j].k == 0 && empty < 0) empty = j;
@@ -1339,6 +1504,18 @@ static int32_t rows_of(bucketer *b, int32_t x, int64_t lo, int64_t hi, const cha
  * piece), and the pieces concatenated along dim 0. A scatter-add's chunk
  * has one row more (scatter_rows: the next row, or for the last chunk the
  * one before), its piece sliced to the chunk's rows. */
+int64_t sc_partition_split_chunks(int64_t rows, int64_t bytes, int64_t axis, int64_t *per) {
+  int64_t k = 1;
+  if (rows < 1) rows = 1;
+  if (axis > 0 && rows > 1) {
+    k = (bytes + SC_PARTITION_BUCKET_CAP_BYTES - 1) / SC_PARTITION_BUCKET_CAP_BYTES;
+    if (k > rows) k = rows;
+    if (k < 1) k = 1;
+  }
+  *per = (rows + k - 1) / k;
+  return (rows + *per - 1) / *per;
+}
+
 static int32_t scatter_like(bucketer *b, int32_t from, int32_t x, const char *what,
                             int32_t before) {
   sc_graph *L = b->L;
@@ -1346,14 +1523,9 @@ static int32_t scatter_like(bucketer *b, int32_t from, int32_t x, const char *wh
   int64_t axis = ax ? ax->i : 0, stage = stage_of(&L->nodes[from]);
   const sc_value *xv = &L->values[x];
   if (axis < 0) axis += xv->rank;
-  int64_t rows = xv->rank > 0 ? xv->dims[0] : 1, k = 1;
-  if (axis > 0 && rows > 1) {
-    int64_t bytes = sc_value_numel(xv) * (int64_t)sc_dtype_size(xv->dtype);
-    k = (bytes + SC_PARTITION_BUCKET_CAP_BYTES - 1) / SC_PARTITION_BUCKET_CAP_BYTES;
-    if (k > rows) k = rows;
-  }
-  int64_t per = (rows + k - 1) / k;
-  k = (rows + per - 1) / per;
+  int64_t rows = xv->rank > 0 ? xv->dims[0] : 1, per = 0;
+  int64_t k = sc_partition_split_chunks(
+      rows, sc_value_numel(xv) * (int64_t)sc_dtype_size(xv->dtype), axis, &per);
   bool scatter = k > 1 && scatter_add(L, x);
   int32_t y = L->nodes[from].outputs[0];
   int32_t *piece = sc_malloc((size_t)k * sizeof *piece);

@@ -426,6 +426,19 @@ sc_status sc_partition_prepare_cp(sc_partition *p) {
     }
   }
   sc_sharding_split(&s, 1, p->cp_axis);
+  /* under sequence parallelism each cp rank's tokens split again over tp
+   * (a comm-free slice), so that the first norm runs on S/(cp·tp) as the
+   * others, where the seed is a table's lookup (the token embedding: its
+   * gradient scatter-adds the split rows); a computed seed (a ViT's patch
+   * embedding) stays whole over tp, its weight's gradient reading the
+   * seed's gradient whole (split, it would be gathered back) */
+  int32_t seed_node = g->values[p->cp_seed].producer;
+  if (p->sequence_parallel && p->tp_axis >= 0 && seed_node >= 0 &&
+      g->nodes[seed_node].op == SC_OP_GATHER) {
+    sc_sharding t = s;
+    sc_sharding_split(&t, 1, p->tp_axis);
+    if (sc_shard_divides(&t, &p->mesh, 1, g->values[x].dims[1])) s = t;
+  }
   if (sc_graph_set_sharding(g, x, &s) != SC_OK) return g->diag.status;
   return SC_OK;
 }

@@ -29,7 +29,8 @@
  * on its dim, ep for a parameter outside the experts under fsdp x ep
  * (train_seed.c), gathered by one AllGather over both when fsdp comes
  * first in the mesh (storage_group; the gradient's reduce-scatter likewise,
- * reshard's step a), else axis by axis; the optimizer's nodes,
+ * reshard's step a), else axis by axis (bucket.c then makes each such pair
+ * one collective over both, its rows reordered); the optimizer's nodes,
  * which feed neither, read it split. Unless keep_after_forward, the
  * gathered copies of the blocks' parameters are forgotten when the walk
  * reaches the backward (the first node feeding a gradient but not the
@@ -95,7 +96,10 @@
  * over a data axis in bf16 or fp16 is never reduced where it is made
  * unless the plan reduces in the low precision (low_gradient_sum: it is
  * reduced after its Cast back to f32, --reduce-dtype fp32, the default);
- * the second walk reshards those right after their
+ * an input pending over an axis (an accumulator) is a source that is
+ * never reduced where it is made, so a gradient added into it is not
+ * reduced on its own as well (a position embedding's rows every
+ * microbatch besides the accumulated table once); the second walk reshards those right after their
  * node, and what flowed only through them is no longer pending. At tp=2 it
  * turns GPT-2's backward into Megatron's: the gradient of each
  * column-parallel input (the norms' outputs, the LM head's input) is
@@ -859,12 +863,44 @@ static sc_status masked_gather(lz *z, const sc_node *gn, const sc_sharding *want
   return SC_OK;
 }
 
+/* Sequence parallelism's split of value v under sharding s into *r: dim 1
+ * of a [B, S, ...] value split over tp, innermost: nested inside cp's
+ * zig-zag split when that splits it already (each cp rank's S/cp tokens
+ * split again over tp, S/(cp·tp) a rank; docs/context-parallel.md,
+ * "Composition"). False when tp splits a dim of s already, dim 1 has
+ * another split or a stride, or tp does not divide it. */
+static bool sequence_split(const lz *z, const sc_value *v, const sc_sharding *s,
+                           sc_sharding *r) {
+  int32_t ax = z->p->tp_axis;
+  if (ax < 0 || v->rank < 3 || (sc_sharding_dim_axes(s) & (1u << ax)) ||
+      sc_sharding_stride(s, 1) > 1 ||
+      (s->n_dim_axes[1] && (s->n_dim_axes[1] > 1 || s->dim_axes[1][0] != z->p->cp_axis)))
+    return false;
+  *r = *s;
+  sc_sharding_split(r, 1, ax);
+  return sc_shard_divides(r, z->m, 1, v->dims[1]);
+}
+
+/* Whether s is t but for dim 1, split over a prefix of t's axes there
+ * (no pending sum): a value whose tokens t splits further, by slicing. */
+static bool fewer_tokens(const sc_sharding *s, const sc_sharding *t) {
+  if (s->rank != t->rank || s->partial || t->partial || !is_prefix(s, t, 1) ||
+      sc_sharding_stride(s, 1) > 1)
+    return false;
+  for (int32_t d = 0; d < s->rank; d++)
+    if (d != 1 && (s->n_dim_axes[d] != t->n_dim_axes[d] || !is_prefix(s, t, d)))
+      return false;
+  return true;
+}
+
 /* --sequence-parallel: before all-reducing a tp pending sum for a node,
- * try the node with that input reduce-scattered over the sequence (dim 1 of
- * a [B,S,...] value) instead: when the op's rule accepts the split (LayerNorm,
- * elementwise ops), the node runs on 1/tp of the sequence and the next
- * column-parallel product's Reshape all-gathers it (Megatron's sequence
- * parallelism: reduce-scatter + all-gather in place of all-reduce). */
+ * try the node with that input reduce-scattered over the sequence (dim 1
+ * of a [B,S,...] value, inside cp's split: sequence_split) instead: when
+ * the op's rule accepts the split (LayerNorm, elementwise ops), the node
+ * runs on 1/tp of the sequence and the next column-parallel product's
+ * Reshape (or the product itself) all-gathers it over tp (Megatron's
+ * sequence parallelism: reduce-scatter + all-gather in place of
+ * all-reduce). */
 static void seq_parallel(lz *z, sc_shard_ctx *c) {
   const sc_node *n = c->n;
   int32_t ax = z->p->tp_axis;
@@ -872,18 +908,18 @@ static void seq_parallel(lz *z, sc_shard_ctx *c) {
   for (int32_t i = 0; i < n->n_inputs; i++) {
     int32_t gid = n->inputs[i];
     if (gid < 0 || !(c->in[i].partial & bit) || (c->want[i].partial & bit)) continue;
-    const sc_value *v = &z->g->values[gid];
-    if (v->rank < 3 || c->want[i].n_dim_axes[1] || (sc_sharding_dim_axes(&c->want[i]) & bit))
-      continue;
-    sc_sharding try = c->want[i];
-    sc_sharding_split(&try, 1, ax);
-    if (!sc_shard_divides(&try, z->m, 1, v->dims[1])) continue;
+    sc_sharding try;
+    if (!sequence_split(z, &z->g->values[gid], &c->want[i], &try)) continue;
     int32_t ni = n->n_inputs, no = n->n_outputs;
     sc_sharding *buf = sc_calloc((size_t)(2 * ni + no), sizeof *buf);
     if (!buf) return;
     sc_sharding *in2 = buf, *want2 = buf + ni, *out2 = buf + 2 * ni;
     memcpy(in2, c->in, (size_t)ni * sizeof *in2);
     in2[i] = try;
+    /* the same tokens held on fewer ranks (a residual split over cp
+     * alone, or whole): offered the split too, a comm-free slice */
+    for (int32_t j = 0; j < ni; j++)
+      if (j != i && n->inputs[j] >= 0 && fewer_tokens(&c->want[j], &try)) in2[j] = try;
     memcpy(want2, in2, (size_t)ni * sizeof *want2);
     for (int32_t j = 0; j < no; j++) {
       const sc_value *o = n->outputs[j] >= 0 ? &z->g->values[n->outputs[j]] : NULL;
@@ -1146,25 +1182,24 @@ static sc_status ring_attention(lz *z, const sc_node *gn, const int32_t *lin,
 
 /* Under sequence parallelism, the sharding a tp pending sum s of value v
  * is reduced to where it is made: reduce-scattered onto the sequence
- * (dim 1 split over tp), as the forward's; false when that does not apply
+ * (dim 1 split over tp, inside cp's split: sequence_split), as the
+ * forward's; false when that does not apply
  * (*r then s without the pending axis: an all-reduce). Not the value that
  * context parallelism's zig-zag permutation reads (the token embedding,
  * pending over tp when vocabulary-parallel): the permutation reorders
  * the whole sequence and would gather it back over tp to run whole; all-
  * reduced (the same bytes as the reduce-scatter and that gather), each
  * rank takes its cp rows of it and sequence parallelism its tp piece of
- * those, both comm-free slices. */
+ * those, both comm-free slices (the permuted value's constraint, cp.c). */
 static bool cut_target(const lz *z, const sc_value *v, int32_t ax, const sc_sharding *s,
                        sc_sharding *r) {
   *r = *s;
   r->partial &= ~(1u << ax);
-  if (!z->p->sequence_parallel || ax != z->p->tp_axis || v->rank < 3 || r->n_dim_axes[1] ||
-      (sc_sharding_dim_axes(r) & (1u << ax)) ||
-      (z->p->cp_seed >= 0 && v == &z->g->values[z->p->cp_seed]))
+  sc_sharding t;
+  if (!z->p->sequence_parallel || ax != z->p->tp_axis ||
+      (z->p->cp_seed >= 0 && v == &z->g->values[z->p->cp_seed]) ||
+      !sequence_split(z, v, r, &t))
     return false;
-  sc_sharding t = *r;
-  sc_sharding_split(&t, 1, ax);
-  if (!sc_shard_divides(&t, z->m, 1, v->dims[1])) return false;
   *r = t;
   return true;
 }
@@ -1387,7 +1422,7 @@ outputs:
     if (gid < 0) continue;
     sc_sharding r = z->cur[gid];
     for (int32_t ax = 0; ax < z->m->n_axes; ax++)
-      if (z->eager[(size_t)gid * z->m->n_axes + ax]) {
+      if (z->eager[(size_t)gid * z->m->n_axes + ax] && (r.partial & (1u << ax))) {
         sc_sharding t;
         cut_target(z, &z->g->values[gid], ax, &r, &t);
         r = t;
@@ -1663,6 +1698,14 @@ static sc_status walk(sc_partition *p, sc_diag *d, const bool *eager, bool *cut,
     z.cur[gid] = s;
     z.lid[gid] = id;
     if ((st = add_memo(&z, gid, &s, id)) != SC_OK) goto fail;
+    /* an input pending over an axis (an accumulator, each rank's own sum)
+     * is a source of the cut that nothing reduces where it is made: the
+     * reduction its readers need downstream serves whatever pending sum
+     * joins it there (a gradient added into it), so the cut does not reduce
+     * that sum on its own as well */
+    for (int32_t ax = 0; ax < p->mesh.n_axes; ax++)
+      if (s.partial & (1u << ax))
+        z.pnode[(size_t)gid * p->mesh.n_axes + ax] = sc_cut_node(z.cg, SC_CUT_INF, true);
   }
   p->local_end = sc_arena_array(&p->arena, (size_t)(g->n_nodes ? g->n_nodes : 1),
                                 sizeof *p->local_end);

@@ -254,6 +254,11 @@ sc_status sc_partition_flat_order(sc_graph *g, sc_flat_order *order);
  * 10 us against 1 MB at 100 GB/s), so a smaller part is not split. */
 #define SC_PARTITION_SPLIT_MIN_BYTES ((int64_t)1 << 20)
 sc_status sc_partition_split_grad_sums(sc_partition *p, sc_diag *d);
+/* bucket.c: the chunks of rows sc_partition_split_grad_sums reduce-
+ * scatters one part of `rows` rows and `bytes` bytes in along `axis`: one
+ * along dim 0, else as few as hold at most SC_PARTITION_BUCKET_CAP_BYTES
+ * each (at most a row each); *per: the rows of each but the last. */
+int64_t sc_partition_split_chunks(int64_t rows, int64_t bytes, int64_t axis, int64_t *per);
 /* bucket.c: ZeRO-3's parameter all-gathers grouped per block and piece
  * into one collective each (copy-in, gather, copy-out), on p->local. */
 sc_status sc_partition_bucket_gathers(sc_partition *p, sc_diag *d);

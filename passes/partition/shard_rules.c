@@ -99,6 +99,21 @@ static bool carry(const sc_shard_ctx *c, sc_sharding *to, int32_t dst,
   return true;
 }
 
+/* carry, or else the outer axes of from's dim src up to the first one in
+ * *used (the inner ones gathered): the tokens of a column-parallel
+ * product's rows split over cp and, inside, over tp by sequence
+ * parallelism keep cp's split when the columns take tp. */
+static bool carry_outer(const sc_shard_ctx *c, sc_sharding *to, int32_t dst,
+                        const sc_sharding *from, int32_t src, sc_axes *used, int64_t size) {
+  if (carry(c, to, dst, from, src, used, size)) return true;
+  int32_t k = 0;
+  while (k < from->n_dim_axes[src] && !(*used & (1u << from->dim_axes[src][k]))) k++;
+  if (k == 0 || k == from->n_dim_axes[src]) return false;
+  sc_sharding outer = *from;
+  outer.n_dim_axes[src] = (uint8_t)k;
+  return carry(c, to, dst, &outer, src, used, size);
+}
+
 /* Want input i replicated (an operand every rank needs whole). */
 static void want_whole(sc_shard_ctx *c, int32_t i) {
   const sc_value *v = inv(c, i);
@@ -361,7 +376,7 @@ static sc_axes contract(sc_shard_ctx *c, mm_dims p) {
   bool keep_b = vb->rank > 2 && !a->partial && (b->partial & dim_mask(a, p.am)) &&
                 !(b->partial & (sc_sharding_dim_axes(b) | kaxes)) &&
                 (double)sc_value_numel(va) < 2.0 * (double)sc_value_numel(vb);
-  if (!keep_b && carry(c, o, r - 2, a, p.am, &used, vo->dims[r - 2]))
+  if (!keep_b && carry_outer(c, o, r - 2, a, p.am, &used, vo->dims[r - 2]))
     sc_shard_copy_dim(wa, p.am, o, r - 2);
   if (!n_first && carry(c, o, r - 1, b, p.bn, &used, vo->dims[r - 1]))
     sc_shard_copy_dim(wb, p.bn, o, r - 1);
@@ -553,27 +568,31 @@ sc_status sc_shard_transpose(sc_shard_ctx *c) {
   return SC_OK;
 }
 
-/* Whether dim d of s is split over the axis named cp alone. */
-static bool cp_only(const sc_shard_ctx *c, const sc_sharding *s, int32_t d) {
+/* Whether dim d of s is split over the axis named cp first (and only, when
+ * alone). */
+static bool cp_outer(const sc_shard_ctx *c, const sc_sharding *s, int32_t d, bool alone) {
   int32_t cp = sc_mesh_find_axis(c->mesh, "cp");
-  return cp >= 0 && s->n_dim_axes[d] == 1 && s->dim_axes[d][0] == cp;
+  return cp >= 0 && s->n_dim_axes[d] >= 1 && s->dim_axes[d][0] == cp &&
+         (!alone || s->n_dim_axes[d] == 1);
 }
 
 /* A Reshape group, input dims [i0, i1) and output dims [j0, j1), whose one
- * split is the context-parallel sequence (the axis cp alone): merging
+ * split is the context-parallel sequence (the axis cp first): merging
  * [b, S/cp, ..] into one dim carries it as a stride b (each of the b blocks
  * split: `b*cp`), and splitting a dim of stride b back into [b, S, ..]
  * lands it, unstrided, on the dim after those whose product is b — so the
  * sequence stays split through the rows of a product (docs/context-
- * parallel.md). Other axes keep the general rule (sequence parallelism's
- * all-gather before a column-parallel product is by design). */
+ * parallel.md). A merge gathers the axes inside cp's on that dim: sequence
+ * parallelism's tp split of each cp rank's tokens, gathered before a
+ * column-parallel product as without cp. Other axes keep the general rule
+ * (sequence parallelism's all-gather there is by design). */
 static bool cp_merge(sc_shard_ctx *c, int32_t i0, int32_t i1, int32_t j0, int32_t j1) {
   const sc_value *x = inv(c, 0), *o = outv(c, 0);
   sc_sharding *w = &c->want[0], *out = &c->out[0];
   int32_t split = -1;
   for (int32_t d = i0; d < i1; d++)
     if (w->n_dim_axes[d]) {
-      if (split >= 0 || !cp_only(c, w, d)) return false;
+      if (split >= 0 || !cp_outer(c, w, d, false)) return false;
       split = d;
     }
   if (split < 0) return false;
@@ -581,11 +600,13 @@ static bool cp_merge(sc_shard_ctx *c, int32_t i0, int32_t i1, int32_t j0, int32_
   if (i1 - i0 > 1 && j1 - j0 == 1 && stride == 1) { /* merge: [b, S, ..] -> [b·S·..] */
     for (int32_t d = i0; d < split; d++) before *= x->dims[d];
     if (before < 2 || before > 255) return false;
+    w->n_dim_axes[split] = 1; /* cp's split alone: the axes inside it gathered */
     sc_shard_copy_dim(out, j0, w, split);
     out->stride[j0] = (uint8_t)before;
     return sc_shard_divides(out, c->mesh, j0, o->dims[j0]);
   }
-  if (i1 - i0 == 1 && j1 - j0 > 1 && stride > 1) { /* split back: [b·S·..] -> [b, S, ..] */
+  if (i1 - i0 == 1 && j1 - j0 > 1 && stride > 1 && cp_outer(c, w, split, true)) {
+    /* split back: [b·S·..] -> [b, S, ..] */
     for (int32_t d = j0; d < j1 && before < stride; d++) {
       before *= o->dims[d];
       if (before == stride && d + 1 < j1) {

@@ -212,6 +212,32 @@ static sc_status add_experts(sc_graph *g, const sc_blocks *b, sc_block_model *bm
   return st == SC_OK ? SC_OK : sc_diag_set(d, st, NULL, NULL, "block model: out of memory");
 }
 
+/* The 2-D parameters outside the blocks that two live nodes or more read
+ * (block_model.h: n_tied, tied_dims). */
+static sc_status tied_params(const sc_graph *g, const sc_blocks *b, sc_block_model *bm,
+                             sc_diag *d) {
+  int32_t *readers = g->n_values ? sc_calloc((size_t)g->n_values, sizeof *readers) : NULL;
+  if (g->n_values && !readers)
+    return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "block model: out of memory");
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    const sc_node *n = &g->nodes[i];
+    if ((n->flags & SC_NODE_DEAD) || (i < b->n_nodes && b->node_block[i] >= 0)) continue;
+    for (int32_t j = 0; j < n->n_inputs; j++) {
+      int32_t v = n->inputs[j];
+      bool again = false; /* a node reading it twice reads it once */
+      for (int32_t k = 0; k < j && !again; k++) again = n->inputs[k] == v;
+      if (v >= 0 && !again && (g->values[v].flags & SC_VALUE_PARAM)) readers[v]++;
+    }
+  }
+  for (int32_t v = 0; v < g->n_values && bm->n_tied < SC_BLOCK_MODEL_TIED; v++)
+    if (readers[v] >= 2 && g->values[v].rank == 2) {
+      bm->tied_dims[bm->n_tied][0] = g->values[v].dims[0];
+      bm->tied_dims[bm->n_tied++][1] = g->values[v].dims[1];
+    }
+  sc_free(readers);
+  return SC_OK;
+}
+
 sc_status sc_block_model_build(sc_graph *g, sc_block_model *bm, sc_diag *d) {
   memset(bm, 0, sizeof *bm);
   int32_t n_nodes = g->n_nodes;
@@ -278,6 +304,7 @@ sc_status sc_block_model_build(sc_graph *g, sc_block_model *bm, sc_diag *d) {
              blk == 0 ? &bm->block : &bm->outside);
   }
   if (live) st = add_experts(g, &b, bm, d);
+  if (st == SC_OK) st = tied_params(g, &b, bm, d);
   sc_blocks_free(&b);
   sc_free(seen);
   sc_free(low);

@@ -39,6 +39,7 @@
 #include "ir/ir.h"
 
 enum { SC_BLOCK_MODEL_TENSORS = 64 }; /* tensors a part lists (sc_block_part) */
+enum { SC_BLOCK_MODEL_TIED = 4 };     /* tied parameters listed (sc_block_model) */
 enum { SC_BLOCK_MODEL_GEMMS = 16 };   /* GEMM shapes a part lists (sc_block_part) */
 
 /* One shape of the part's GEMMs outside the attention core, per example:
@@ -155,6 +156,14 @@ typedef struct sc_block_model {
    * labels' one-hot, both [rows, vocab] in the logits' dtype, which the
    * vocabulary-parallel LM head splits over tp. */
   double loss_saved_bytes, loss_split_saved_bytes;
+  /* The 2-D parameters outside the blocks that two nodes or more read (a
+   * tied embedding: the lookup and the LM head), the first
+   * SC_BLOCK_MODEL_TIED: their dims. A training step's gradient of one is
+   * a sum of two parts, which the compiled step reduce-scatters over fsdp
+   * part by part (sc_partition_split_grad_sums, passes/partition/
+   * partition.h): the search counts those collectives. */
+  int32_t n_tied;
+  int64_t tied_dims[SC_BLOCK_MODEL_TIED][2];
   char found[96];           /* how the blocks were found (sc_blocks_describe) */
 } sc_block_model;
 

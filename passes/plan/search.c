@@ -193,9 +193,6 @@ enum { COMM_LOW_B = 2 };
  * microbatches in flight; the search offloads a pipeline at
  * SC_SEARCH_PIPE_OFFLOAD_HORIZON. */
 #define OFFLOAD_RESIDENT_PIPE ((double)SC_SEARCH_PIPE_OFFLOAD_HORIZON)
-/* Zero-bubble H1 (Qi et al., 2023) keeps 1F1B's memory and cuts its bubble
- * to about a third by filling it with the weight-gradient halves. */
-#define ZB_H1_BUBBLE 3.0
 
 const char *sc_search_goal_name(sc_search_goal g) {
   return g == SC_SEARCH_LATENCY ? "latency" : g == SC_SEARCH_THROUGHPUT ? "throughput" : "train";
@@ -421,6 +418,10 @@ typedef struct mb_times {
   double block_fwd, block_re, outside_fwd;
   double block_bwd, outside_bwd; /* the backward: the GEMMs twice, the kernels once */
   double block_gemm;             /* the forward's GEMMs (= the weight gradients') */
+  /* of the backward, the products by weights' gradients (a block's, the
+   * LM head's): a pipeline's weight piece, which runs after the input's
+   * gradient has been handed on (codegen/pipe_schedule.c) */
+  double block_weight, outside_weight;
 } mb_times;
 
 /* Thread-ranks outnumbering the host's cores compute time-sliced
@@ -540,6 +541,7 @@ static sc_status block_times(const ctx *x, const sc_search_cand *c, mb_times *t,
   t->block_fwd = core + rest + mem;
   t->block_bwd = core_bwd + BACKWARD_FACTOR * rest + MEM_BACKWARD_FACTOR * mem;
   t->block_gemm = core + rest;
+  t->block_weight = rest;
   t->block_re = c->recompute == SC_SEARCH_RECOMPUTE_FULL        ? t->block_fwd
                 : c->recompute == SC_SEARCH_RECOMPUTE_SELECTIVE && !bm->attn_fused
                     ? core + core_mem
@@ -556,9 +558,11 @@ static sc_status block_times(const ctx *x, const sc_search_cand *c, mb_times *t,
   t->outside_fwd = og + omem + logits * (split_loss ? LOSS_SPLIT_FWD_B : LOSS_FUSED_FWD_B) / x->hbm;
   t->outside_bwd = BACKWARD_FACTOR * og + MEM_BACKWARD_FACTOR * omem +
                    logits * (split_loss ? LOSS_SPLIT_BWD_B : LOSS_FUSED_BWD_B) / x->hbm;
+  t->outside_weight = og;
   double share = core_share(x, c);
   t->block_fwd *= share, t->block_re *= share, t->outside_fwd *= share;
   t->block_bwd *= share, t->outside_bwd *= share, t->block_gemm *= share;
+  t->block_weight *= share, t->outside_weight *= share;
   return st;
 }
 
@@ -692,6 +696,42 @@ double sc_search_step_gathers(const sc_block_model *bm, const sc_search_opts *o,
   return times * (fwd + bwd);
 }
 
+/* The reduce-scatters over fsdp a tied parameter's gradient takes beyond
+ * the one stage_collectives counts: the compiled step reduce-scatters the
+ * sum's two parts apart, each in sc_partition_split_chunks's chunks of
+ * rows (sc_partition_split_grad_sums), where the parameter is sharded
+ * (train_seed.c: on its first dim whose piece fsdp divides, the rows a
+ * vocabulary-parallel tp leaves a rank first), its gradient has
+ * SC_PARTITION_SPLIT_MIN_BYTES or more and both parts are made on one
+ * stage (not in a pipeline, which hands a tied gradient over), and the
+ * sum is reduce-scattered in fp32 (under --reduce-dtype bf16 its cast
+ * comes between: not split). The gpt_1p5b sample at fsdp=2: its [50257,
+ * 1600] embedding sharded on dim 1, 2 x 13 chunks in place of one. */
+static double tied_scatters(const ctx *x, const sc_search_cand *c) {
+  const sc_block_model *bm = x->bm;
+  if (c->fsdp <= 1 || c->pp > 1 || x->o->reduce_low) return 0;
+  double extra = 0;
+  int64_t S = (int64_t)rest_storage(c), es = bm->param_bytes > 0 ? bm->param_bytes : 4;
+  for (int32_t i = 0; i < bm->n_tied; i++) {
+    int64_t rows = bm->tied_dims[i][0], cols = bm->tied_dims[i][1];
+    if (bm->vocab > 0 && rows == bm->vocab) rows /= (int64_t)vocab_split(bm, c);
+    int64_t axis = rows % S == 0 ? 0 : cols % S == 0 ? 1 : -1, per = 0;
+    if (axis < 0 || rows * cols * es < SC_PARTITION_SPLIT_MIN_BYTES) continue;
+    extra += 2.0 * (double)sc_partition_split_chunks(rows, rows * cols * es, axis, &per) - 1;
+  }
+  return extra;
+}
+
+double sc_search_step_scatters(const sc_block_model *bm, const sc_search_opts *o,
+                               const sc_search_cand *c) {
+  ctx x;
+  init_ctx(&x, bm, o);
+  if (c->fsdp <= 1) return 0;
+  double times = c->zero >= 3 || c->pp > 1 ? c->microbatches : 1;
+  return times * (stage_collectives(&x, c, (bm->n_blocks + c->pp - 1) / c->pp,
+                                    SC_SEARCH_GROUP_BLOCK) + tied_scatters(&x, c));
+}
+
 /* The estimate, with the lower bound first: *bound is compute alone;
  * when it is not below cutoff the rest is skipped (returns with *cut). */
 static sc_status infer_estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *cut,
@@ -728,23 +768,46 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
   /* per microbatch, the stage's parameters are read again: their bf16
    * casts for the GEMMs (read 4, write 2 bytes an element) and the
    * gradient accumulation (read the new, read and write the sum: 12) */
-  double e_pass = e_stage * ((x->o->dtype != SC_CLUSTER_FP32 ? CAST_B : 0) + ACCUM_B) / x->hbm;
+  double e_cast = e_stage * (x->o->dtype != SC_CLUSTER_FP32 ? CAST_B : 0) / x->hbm;
+  double e_pass = e_cast + e_stage * ACCUM_B / x->hbm;
   c->optimizer_s *= core_share(x, c);
   e_pass *= core_share(x, c);
+  e_cast *= core_share(x, c);
   c->compute_s += M * e_pass;
-  double per_mb = fwd + bwd + re + e_pass;
   c->bubble_s = 0;
-  double slots = 0; /* microbatch times the critical rank idles */
+  double slots = 0; /* hand-off chain times the critical rank idles */
   if (c->pp > 1) {
     slots = (double)(c->pp - 1) / V;
-    /* zero-bubble H1 fills the bubble with the weight-gradient pieces; a
-     * chunk that recomputes has none (its backward piece computes its
-     * weight gradients: ir/pipe.h), so under full recompute its lists are
-     * 1F1B's (the Megatron 145B at pp=12 fsdp=16: the same simulated step) */
-    if (strcmp(c->schedule, "zb-h1") == 0 && c->microbatches >= c->pp &&
-        c->recompute != SC_SEARCH_RECOMPUTE_FULL)
-      slots /= ZB_H1_BUBBLE;
-    c->bubble_s = slots * per_mb;
+    /* the fill and drain pass a microbatch's forward and its backward
+     * piece from rank to rank; the backward piece hands the input's
+     * gradient on before the weight piece runs (the weight gradients and
+     * their accumulation), so a rank ends at M(F+B+W) + (P-1)(F+B)
+     * (codegen/pipe_schedule.c), and zero-bubble H1, which holds weight
+     * pieces back to fill the waits, at M(F+B+W) + (P-1)(F+B) -
+     * (min(M, P)-1)W: (P-1)(F+B-W) when M >= P (Qi et al. 2023;
+     * docs/planner.md, section 3). A chunk that recomputes has no weight pieces
+     * (its backward piece computes its weight gradients: ir/pipe.h), so
+     * under full recompute the chain carries them and zb-h1's lists are
+     * 1F1B's (the Megatron 145B at pp=12 fsdp=16: the same simulated
+     * step). Until 2026-12-06 every slot was a whole microbatch, F+B+W,
+     * and zb-h1 a third of it: the H100 462B (pp=16, M=64, 1F1B) had 2.82 s
+     * of bubble estimated against 0.82 s simulated */
+    double w = (double)Ls * t.block_weight + t.outside_weight, accum = e_pass - e_cast;
+    double chain = fwd + bwd + re + e_pass;
+    /* interleaved: a microbatch's backward comes back to each rank V
+     * times, and the weight piece of one chunk runs before the backward
+     * piece of the next (its list: B then W), so the chain carries it:
+     * gpt_1p5b at pp=8, dp=2 (h100-sxm:8x2, batch 64, bf16) simulates
+     * 0.62-0.96 of (pp - 1) whole microbatches of bubble at V = 2, 4, M =
+     * 8-32, against 0.52 for 1F1B at M = 8 */
+    if (c->recompute != SC_SEARCH_RECOMPUTE_FULL && V <= 1) {
+      chain -= w + accum;
+      if (strcmp(c->schedule, "zb-h1") == 0) {
+        double held = (double)(c->microbatches < c->pp ? c->microbatches : c->pp) - 1;
+        chain -= w * held / (double)(c->pp - 1);
+      }
+    }
+    c->bubble_s = slots * (chain > 0 ? chain : 0);
   }
   double bound = c->compute_s + c->recompute_s + c->optimizer_s + c->bubble_s;
   if (bound >= cutoff) {
@@ -835,8 +898,8 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
     ag += ag_bwd;
     c->fsdp_s += ag;
     if (st == SC_OK)
-      st = coll(x, SC_COLL_REDUCE_SCATTER, times * (rbytes - xred), gr, n_gr, times * per_block,
-                &c->fsdp_s, d);
+      st = coll(x, SC_COLL_REDUCE_SCATTER, times * (rbytes - xred), gr, n_gr,
+                times * (per_block + tied_scatters(x, c)), &c->fsdp_s, d);
     if (st == SC_OK)
       st = coll(x, SC_COLL_REDUCE_SCATTER, times * xred, c->fsdp, n_fs, times * xops, &c->fsdp_s,
                 d);
@@ -923,20 +986,33 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
     if (st == SC_OK) st = coll(x, SC_COLL_ALL_REDUCE, gbytes, cp, n_cp, ops, &c->cp_s, d);
     if (st != SC_OK) return st;
   }
+  double chain_sends = 0; /* the hand-offs of a slot of the bubble's chain */
   if (c->pp > 1) {
-    /* the critical rank receives each chunk's activation and sends its
-     * gradient back: two messages per microbatch and chunk */
-    st = coll(x, SC_COLL_SEND, 2 * M * V * act, 2, n_pp > 1 ? 2 : 1, 2 * M * V, &c->pp_s, d);
+    /* a hand-off is the residual stream, split by tp under sequence
+     * parallelism (the pieces hand on their shard), sent on the
+     * point-to-point queue while the sender goes on: the receiver waits
+     * for its first one whole, and for each of the others (two a
+     * microbatch and chunk) what the piece it runs meanwhile, about a
+     * chunk's forward, does not hide; the fill's and drain's transfers,
+     * two a chunk a slot, are the bubble's. Until 2026-12-06 every
+     * hand-off counted exposed whole, of the stream whole: the H100 462B
+     * (pp=16, tp=8 sp, M=64) 0.77 s of pp estimated against 0.001 s
+     * simulated (its hand-offs 37.7 MB, not 302) */
+    double hand = c->sequence_parallel ? act / (double)c->tp : act, one = 0;
+    st = coll(x, SC_COLL_SEND, hand, 2, n_pp > 1 ? 2 : 1, 1, &one, d);
+    double hide = fwd / V, wait = one > hide ? one - hide : 0;
+    c->pp_s = one + (2 * M * V - 1) * wait;
+    chain_sends = 2 * V * one;
     if (st != SC_OK) return st;
   }
-  /* the bubble is microbatch times, each with its exposed communication
-   * (tp's, and the per-microbatch gathers, reductions and sends of a
-   * pipeline stage, cp's ring): the neighbour waits for all of it (the
+  /* each slot of the bubble's chain has its communication too (tp's, and
+   * the per-microbatch gathers, reductions of a pipeline stage, cp's ring,
+   * the slot's hand-offs): the neighbour waits for all of it (the
    * Megatron 145B at pp=12 fsdp=16 ZeRO-3: 27.1 s of bubble simulated,
    * 0.6 s estimated from compute alone; docs/planner.md, "The estimate") */
   if (c->pp > 1) {
     double per_mb_comm =
-        (c->tp_s + c->fsdp_s + c->pp_s + c->ep_s + ring + (c->fsdp > 1 ? c->dp_s : 0)) / M;
+        (c->tp_s + c->fsdp_s + c->ep_s + ring + (c->fsdp > 1 ? c->dp_s : 0)) / M + chain_sends;
     c->bubble_s += slots * per_mb_comm;
   }
   c->offload_s = 0;

@@ -29,8 +29,10 @@
  * recompute, the optimizer), communication (tp per block, fsdp gathers
  * and reduce-scatters, dp all-reduce, pipeline sends, ep's all-to-alls
  * per MoE layer and the other gradients' reduction over dp x ep) added to it without
- * overlap, and the pipeline's bubble (microbatch times with their
- * exposed communication). Memory: without a pipeline the state, the
+ * overlap (a pipeline's hand-offs but the first receive excepted: they
+ * run beside the compute), and the pipeline's bubble (slots of the fill's
+ * and drain's chain, each a microbatch's forward and backward piece
+ * without its weight piece, with their communication). Memory: without a pipeline the state, the
  * values the backward keeps, one block's working values; a pipeline rank
  * as its exact count has it: its state, ONE arena (the largest of its
  * chunk's update, backward and forward pieces) and the larger of its stash
@@ -255,6 +257,15 @@ double sc_search_param_collectives(const sc_block_model *bm, const sc_search_opt
  * counts in the compiled step's AllGather row. */
 double sc_search_step_gathers(const sc_block_model *bm, const sc_search_opts *o,
                               const sc_search_cand *c);
+/* The gradients' reduce-scatters over fsdp the estimate counts in a step
+ * of c (its critical pipeline stage; each a latency): a block's in one
+ * (SC_SEARCH_GROUP_BLOCK), the tensors outside the blocks alone, a tied
+ * parameter's sum in its two parts' chunks (sc_partition_split_grad_sums),
+ * every microbatch under ZeRO-3 or in a pipeline, else once; 0 without
+ * fsdp. What `plan --train` counts in the compiled step's ReduceScatter
+ * row. */
+double sc_search_step_scatters(const sc_block_model *bm, const sc_search_opts *o,
+                               const sc_search_cand *c);
 /* The mesh of c as --mesh takes it, axes of size 1 left out ("pp=2,dp=4,
  * tp=8"; "dp=1" for one rank). */
 void sc_search_mesh(const sc_search_cand *c, char *buf, size_t n);

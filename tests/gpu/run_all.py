@@ -333,10 +333,11 @@ def gemm_model(path, m, k, n, bias, bf16=False):
     return w, (onnx.numpy_helper.to_array(inits[1]) if bias else None)
 
 
-def act_model(path, m, k, n, act):
+def act_model(path, m, k, n, act, keep=False):
     """Y = act(Gemm(A, W, B)) in f32, act "relu" or "gelu" (ONNX Gelu,
     approximate="tanh", opset 20): one GEMM step whose activation goes into
-    the product (cuBLASLt's RELU_BIAS or GELU_BIAS epilogue)."""
+    the product (cuBLASLt's RELU_BIAS or GELU_BIAS epilogue); keep: the
+    product P is a graph output too (GELU_AUX_BIAS writes it as its aux)."""
     import numpy as np
     import onnx
     from onnx import TensorProto, helper
@@ -349,7 +350,9 @@ def act_model(path, m, k, n, act):
              helper.make_node("Gelu", ["P"], ["Y"], approximate="tanh")]
     g = helper.make_graph(nodes, "gemm_act",
                           [helper.make_tensor_value_info("A", TensorProto.FLOAT, [m, k])],
-                          [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [m, n])], inits)
+                          [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [m, n])] +
+                          ([helper.make_tensor_value_info("P", TensorProto.FLOAT, [m, n])]
+                           if keep else []), inits)
     mod = helper.make_model(g, opset_imports=[helper.make_opsetid("", 20)])
     mod.ir_version = 9
     onnx.save(mod, path)
@@ -391,11 +394,12 @@ def check_gemm(a, tmp):
                    f"max error {err:.2e} (tolerance {tol:g})")
     check_tf32(a, tmp)
     # the activation in the product: relu and tanh GELU against numpy, f32
-    # (cuBLASLt's GELU epilogue measured against the tanh form: 1e-4)
-    for act in ("relu", "gelu"):
+    # (cuBLASLt's GELU epilogue measured against the tanh form: 1e-4); gelu-aux:
+    # the product kept as well (GELU_AUX_BIAS: P, its aux output, against numpy too)
+    for act in ("relu", "gelu", "gelu-aux"):
         tag = f"act.{act}"
         path = os.path.join(tmp, f"g.{tag}.onnx")
-        w, b = act_model(path, 96, 160, 200, act)
+        w, b = act_model(path, 96, 160, 200, act.split("-")[0], act == "gelu-aux")
         x = np.random.default_rng(10).standard_normal((96, 160)).astype(np.float32)
         np.save(os.path.join(tmp, "x.npy"), x)
         out = os.path.join(tmp, f"gout.{tag}")
@@ -410,14 +414,22 @@ def check_gemm(a, tmp):
             0.5 * p * (1 + np.tanh(np.sqrt(2 / np.pi) * (p + 0.044715 * p ** 3)))
         got = np.load(os.path.join(out, "Y.npy"))
         err = float(np.max(np.abs(got - want)) / np.max(np.abs(want)))
-        fused = re.search(r"\((\d+) activations in the product", r.stderr)
+        nan = np.isnan(got).any()
+        if act == "gelu-aux":  # the aux output: the GELU's input
+            kept = np.load(os.path.join(out, "P.npy"))
+            err = max(err, float(np.max(np.abs(kept - p)) / np.max(np.abs(p))))
+            nan = nan or np.isnan(kept).any()
+        fused = re.search(r"\((\d+) activations in the product, (\d+) keeping", r.stderr)
         n = int(fused.group(1)) if fused else -1
+        aux = int(fused.group(2)) if fused else -1
         # on a GPU, cuBLASLt may have no algorithm with the epilogue: then 0, and the
         # epilogue kernel runs; emulated, the activation is always in the product
-        ok = err <= 1e-4 and not np.isnan(got).any() and (n == 1 or (n == 0 and not EMU))
+        ok = err <= 1e-4 and not nan and (n == 1 or (n == 0 and not EMU)) and \
+            aux == (n if act == "gelu-aux" else 0)
         record(f"gemm.{tag}", "pass" if ok else "fail",
-               f"max error {err:.2e} (tolerance 1e-4); {n} activation(s) in the product",
-               fused=n)
+               f"max error {err:.2e} (tolerance 1e-4); {n} activation(s) in the product, "
+               f"{aux} keeping the pre-activation", fused=n, aux=aux)
+    check_gelu_aux_train(a, tmp)
     big = 1024 if EMU else 8192
     shapes = [("square", big, big, big)] + [
         (f"gpt2-{n1}x{n2}", 1024, n1, n2) for n1, n2 in
@@ -444,6 +456,70 @@ def check_gemm(a, tmp):
         record(f"gemm.{name}", "info", f"{m}x{k}x{n} {kind}: {dev:.3f} ms on the GPU, "
                f"{tflops:.2f} TFLOP/s; {ms:.3f} ms with the copies of A in and Y out",
                ms=ms, device_ms=dev, tflops=tflops)
+
+
+def check_gelu_aux_train(a, tmp):
+    """gemm.act.gelu-aux-train.{fp32,bf16}: Gemm -> Gelu(approximate="tanh")
+    -> Gemm trained 4 AdamW steps (mse) on the GPU, whose forward's first
+    product is cuBLASLt's GELU_AUX_BIAS (the backward reads the kept
+    pre-activation) and, in fp32, the backward's dG = dY·W2ᵀ its DGELU
+    (dG · gelu'(Q) from that aux), against the CPU, which runs the kernels:
+    losses and gradient norms within 2e-5 (fp32, --no-allow-tf32) and 2e-3
+    (bf16) relative; the verbose counts say which epilogues ran (emulated:
+    all, 2 and 1 in the product)."""
+    import json
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper
+    rng = np.random.default_rng(11)
+    k, n = 256, 1024
+    inits = [onnx.numpy_helper.from_array(v.astype(np.float32), nm) for v, nm in (
+        (rng.standard_normal((k, n)) / 16, "W1"), (rng.standard_normal(n) / 4, "B1"),
+        (rng.standard_normal((n, k)) / 32, "W2"), (rng.standard_normal(k) / 4, "B2"))]
+    nodes = [helper.make_node("Gemm", ["X", "W1", "B1"], ["Q"]),
+             helper.make_node("Gelu", ["Q"], ["G"], approximate="tanh"),
+             helper.make_node("Gemm", ["G", "W2", "B2"], ["Y"])]
+    g = helper.make_graph(nodes, "mlp_gelu",
+                          [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["batch", k])],
+                          [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["batch", k])],
+                          inits)
+    mod = helper.make_model(g, opset_imports=[helper.make_opsetid("", 20)])
+    mod.ir_version = 9
+    path = os.path.join(tmp, "mlp_gelu.onnx")
+    onnx.save(mod, path)
+    xs, ts = os.path.join(tmp, "mlp.x.npy"), os.path.join(tmp, "mlp.t.npy")
+    np.save(xs, rng.standard_normal((512, k)).astype(np.float32))
+    np.save(ts, rng.standard_normal((512, k)).astype(np.float32))
+    for prec, tol in (("fp32", 2e-5), ("bf16", 2e-3)):
+        tag = f"gemm.act.gelu-aux-train.{prec}"
+        logs, aux, fused = {}, -1, -1
+        for dev in ("cpu", "cuda"):
+            lj = os.path.join(tmp, f"mlp.{prec}.{dev}.jsonl")
+            r = sh([a.shardc, "train", path, "--data", "X=" + xs, "--targets", ts, "--loss", "mse",
+                    "--dim", "batch=128", "--optimizer", "adamw", "--precision", prec,
+                    "--no-allow-tf32", "--steps", "4", "-q", "--device", dev, "--log-json", lj],
+                   {"SHARDC_CUDA_VERBOSE": "1"} if dev == "cuda" else None)
+            if r.returncode != 0:
+                record(tag, "fail", f"{dev}: {r.stderr[-300:]}")
+                break
+            with open(lj) as f:
+                logs[dev] = [json.loads(ln) for ln in f if ln.strip()]
+            m = re.search(r"(\d+) keeping the pre-activation", r.stderr)
+            f = re.search(r"\((\d+) activations in the product", r.stderr)
+            if dev == "cuda":
+                aux = int(m.group(1)) if m else -1
+                fused = int(f.group(1)) if f else -1
+        if len(logs) < 2:
+            continue
+        worst = max((abs(x[key] - y[key]) / abs(x[key]) for x, y in zip(logs["cpu"], logs["cuda"])
+                     for key in ("loss", "grad_norm")), default=float("inf"))
+        ok = len(logs["cuda"]) == 4 and all(np.isfinite(y["loss"]) for y in logs["cuda"]) and \
+            worst <= tol and (aux == 1 or (aux == 0 and not EMU)) and \
+            (fused == (2 if prec == "fp32" else 1) or (0 <= fused and not EMU))
+        record(tag, "pass" if ok else "fail",
+               f"largest relative difference from the cpu {worst:.2e} (tolerance {tol:g}); "
+               f"{fused} activation(s) in the product (GELU_AUX, DGELU), {aux} keeping the "
+               f"pre-activation", worst=worst, aux=aux, fused=fused)
 
 
 def check_tf32(a, tmp):

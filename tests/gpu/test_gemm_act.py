@@ -16,17 +16,43 @@ Checked, on seeded inputs, per model:
       - MatMul -> Gelu (erf, opset 20): none (cuBLASLt's GELU is the tanh form);
       - the tanh GELU with 0.04 for 0.044715: none;
       - Gemm -> Relu -> Add of another input: none;
-      - Gemm -> Relu where the product is also a graph output: none;
+      - Gemm -> Relu where the product is also a graph output: none (no
+        epilogue gives back ReLU's input: RELU_AUX keeps a bit mask);
+      - Gemm -> tanh Gelu where the product is also a graph output:
+        gelu_tanh with "aux" (cuBLASLt's GELU_AUX writes C as its aux);
   * --device cuda (SHARDC_CUDA_EMU=1, or the real driver with
     SC_CUDA_REAL=1) reports as many "activations in the product"
-    (SHARDC_CUDA_VERBOSE) as the program has;
+    (SHARDC_CUDA_VERBOSE) as the program has, and as many of them keeping
+    the pre-activation as have "aux"; on the emulated GPU also with
+    SHARDC_CUDA_GEMM=cublaslt (every product through the emulated
+    cuBLASLt's epilogues, so that the engine's cuBLASLt plan runs);
   * the outputs of --device cuda and of the CPU device agree within 1e-5
     of the largest |value|, and both agree with a float64 numpy reference
     within 1e-4 of it; no NaN;
-  * a CUDA bundle (`shardc compile --target cuda`) keeps the activation in
-    program.json, reserves cuBLASLt's 32 MiB workspace at the top of its
-    arena (workspace_bytes, workspace_offset), and runs with the same
-    outputs.
+  * a CUDA bundle (`shardc compile --target cuda`) of gelu_spelled and of
+    gelu_product_out keeps the activation (and act_aux) in program.json,
+    reserves cuBLASLt's 32 MiB workspace at the top of its arena
+    (workspace_bytes, workspace_offset), and runs with the same outputs;
+  * training (GELU_AUX, DGELU): an MLP Gemm -> Gelu(approximate="tanh") ->
+    Gemm trained 4 AdamW steps with mse, fp32 and bf16: its forward's
+    first GEMM step carries "act gelu_tanh->bN aux" (the backward reads the
+    pre-activation) and, in fp32, the backward's product dG = dY·W2ᵀ
+    carries "act dgelu_tanh->bN in=bM" (dG · gelu'(Q), Q that
+    pre-activation: cuBLASLt's DGELU; in bf16 the derivative's constants
+    are rounded to bf16, so it is not cuBLASLt's and stays a kernel);
+    --device cuda counts 2 (fp32) or 1 (bf16) activations in the product,
+    1 keeping the pre-activation, with the host engine and with
+    SHARDC_CUDA_GEMM=cublaslt; losses and
+    gradient norms finite and within 2e-5 (fp32) or 2e-3 (bf16: cuBLASLt's
+    GELU reads the f32 sum, the kernel the bf16-rounded product) of the
+    CPU's, which runs the activation kernel (the unfused path);
+  * GPT-2 (samples/gpt2.onnx) trained in bf16: no GEMM step carries an
+    activation, as its spelled-out GELU's backward reads three of the
+    forward's intermediate values (its forward kernel writes four
+    buffers), so the pre-activation alone cannot replace the kernel; the
+    count is printed and checked, so that a change that qualifies it
+    (folding the eight ops into Gelu(approximate="tanh") before autodiff)
+    updates it here.
 
 Environment: SHARDC, SC_CUDA_REAL. Exit 0 on success, 1 on any failure.
 """
@@ -118,6 +144,11 @@ def model(path, case, rng):
         outs.append(h.make_tensor_value_info("P", T.FLOAT, None))
         nodes = [gemm, h.make_node("Relu", ["P"], ["Y"])]
         ref = lambda x, z: np.maximum(x @ wd + bd, 0)
+    elif case == "gelu_product_out":
+        opset = 20
+        outs.append(h.make_tensor_value_info("P", T.FLOAT, None))
+        nodes = [gemm, h.make_node("Gelu", ["P"], ["Y"], approximate="tanh")]
+        ref = lambda x, z: gelu_tanh(x @ wd + bd)
     g = h.make_graph(nodes, case, ins, outs, inits)
     m = h.make_model(g, opset_imports=[h.make_opsetid("", opset)])
     m.ir_version = 8
@@ -125,11 +156,12 @@ def model(path, case, rng):
     return ref
 
 
-CASES = {  # case: the activation its GEMM step must carry
+CASES = {  # case: the activation its GEMM step must carry (" aux": C kept)
     "relu": "relu", "gelu_spelled": "gelu_tanh", "gelu_op_tanh": "gelu_tanh",
     "gelu_op_erf": None, "gelu_wrong_constant": None, "relu_add": None,
-    "relu_product_out": None,
+    "relu_product_out": None, "gelu_product_out": "gelu_tanh aux",
 }
+ENGINES = [{}] if REAL else [{}, {"SHARDC_CUDA_GEMM": "cublaslt"}]
 
 
 def sh(args, env=None):
@@ -145,6 +177,101 @@ def cuda_env():
 def fused_count(stderr):
     m = re.search(r"\((\d+) activations in the product", stderr)
     return int(m.group(1)) if m else None
+
+
+def aux_count(stderr):
+    m = re.search(r"activations in the product, (\d+) keeping the pre-activation", stderr)
+    return int(m.group(1)) if m else None
+
+
+def mlp_model(path, rng, k=32, n=64):
+    """Gemm -> Gelu(approximate="tanh") -> Gemm, for training."""
+    w1 = (rng.standard_normal((k, n)) / 6).astype(np.float32)
+    b1 = (rng.standard_normal(n) / 4).astype(np.float32)
+    w2 = (rng.standard_normal((n, k)) / 8).astype(np.float32)
+    b2 = (rng.standard_normal(k) / 4).astype(np.float32)
+    inits = [numpy_helper.from_array(a, nm) for a, nm in ((w1, "W1"), (b1, "B1"), (w2, "W2"),
+                                                          (b2, "B2"))]
+    nodes = [h.make_node("Gemm", ["X", "W1", "B1"], ["Q"]),
+             h.make_node("Gelu", ["Q"], ["G"], approximate="tanh"),
+             h.make_node("Gemm", ["G", "W2", "B2"], ["Y"])]
+    g = h.make_graph(nodes, "mlp_gelu", [h.make_tensor_value_info("X", T.FLOAT, ["batch", k])],
+                     [h.make_tensor_value_info("Y", T.FLOAT, ["batch", k])], inits)
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 20)])
+    m.ir_version = 9
+    onnx.save(m, path)
+
+
+def gpt2_count(tmp):
+    """GPT-2's bf16 training step: GEMM steps per activation (module comment)."""
+    src = os.environ.get("SC_SOURCE_DIR", os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                       "..", ".."))
+    r = sh(["compile", os.path.join(src, "samples", "gpt2.onnx"), "--train", "--dim", "batch=2",
+            "--precision", "bf16", "--optimizer", "adamw", "--emit=kir", "-o",
+            os.path.join(tmp, "gpt2k")])
+    if not check(r.returncode == 0, f"gpt2 bf16 training: compile: {r.stderr[-300:]}"):
+        return
+    gemms = re.findall(r"^s\d+ gemm .*$", r.stdout, re.M)
+    acts = [re.search(r" act (\w+)->b\d+( aux)?", ln) for ln in gemms]
+    counts = {}
+    for a in acts:
+        key = (a.group(1) + (a.group(2) or "")) if a else "none"
+        counts[key] = counts.get(key, 0) + 1
+    # the forward GELU kernels (one per layer) and how many buffers each writes
+    blocks = re.split(r"^(?=k\d+ kernel )", r.stdout, flags=re.M)
+    outs = [len(re.findall(r"^  p\d+ = buf .* out$", bl, re.M)) for bl in blocks
+            if re.match(r"k\d+ kernel \w*_mul_pow_mul_add_mul_tanh_add_mul ", bl)]
+    print(f"gpt2 bf16 training: {len(gemms)} GEMM steps, by activation {counts}; the forward "
+          f"GELU kernels write {outs} buffers")
+    check(len(gemms) == 27 and counts == {"none": 27} and outs == [4, 4],
+          f"gpt2 bf16 training: {len(gemms)} GEMM steps, activations {counts}, GELU kernels "
+          f"writing {outs} buffers; want 27 GEMM steps without, two GELU kernels writing 4")
+
+
+def train_checks(tmp, rng):
+    """GELU_AUX in a training step (module comment)."""
+    path = os.path.join(tmp, "mlp_gelu.onnx")
+    mlp_model(path, rng)
+    xs, ts = os.path.join(tmp, "train.x.npy"), os.path.join(tmp, "train.t.npy")
+    np.save(xs, rng.standard_normal((64, 32)).astype(np.float32))
+    np.save(ts, rng.standard_normal((64, 32)).astype(np.float32))
+    base = ["--data", "X=" + xs, "--targets", ts, "--loss", "mse", "--dim", "batch=16",
+            "--optimizer", "adamw", "--no-allow-tf32"]
+    for prec, tol in (("fp32", 2e-5), ("bf16", 2e-3)):
+        r = sh(["compile", path, "--train", "--emit=kir", "--precision", prec, "-o",
+                os.path.join(tmp, "k")] + base[4:-1])
+        if not check(r.returncode == 0, f"train {prec}: compile: {r.stderr[-300:]}"):
+            continue
+        acts = re.findall(r"^s\d+ gemm .* act (\w+)->b\d+( aux)?", r.stdout, re.M)
+        want = [("gelu_tanh", " aux")] + ([("dgelu_tanh", "")] if prec == "fp32" else [])
+        check(acts == want, f"train {prec}: GEMM activations {acts}, want {want}")
+        logs = {}
+        for dev, env in [("cpu", None)] + [("cuda", e) for e in ENGINES]:
+            tag = dev + ("-" + env["SHARDC_CUDA_GEMM"] if env else "")
+            lj = os.path.join(tmp, f"train.{prec}.{tag}.jsonl")
+            r = sh(["train", path, "--steps", "4", "--log-json", lj, "-q", "--device", dev,
+                    "--precision", prec] + base,
+                   dict(cuda_env(), **env) if dev == "cuda" else None)
+            if not check(r.returncode == 0, f"train {prec} on {tag}: {r.stderr[-400:]}"):
+                continue
+            with open(lj) as f:
+                logs[tag] = [json.loads(ln) for ln in f if ln.strip()]
+            if dev == "cuda":
+                check(fused_count(r.stderr) == len(want) and aux_count(r.stderr) == 1,
+                      f"train {prec} on {tag}: {fused_count(r.stderr)} activations in the "
+                      f"product, {aux_count(r.stderr)} keeping the pre-activation, want "
+                      f"{len(want)}, 1")
+        for tag, log in logs.items():
+            if tag == "cpu" or "cpu" not in logs:
+                continue
+            check(len(log) == 4 == len(logs["cpu"]), f"train {prec} on {tag}: {len(log)} steps")
+            for a, b in zip(logs["cpu"], log):
+                for key in ("loss", "grad_norm"):
+                    x, y = a[key], b[key]
+                    check(math.isfinite(y) and abs(x - y) <= tol * abs(x),
+                          f"train {prec} on {tag}: step {a['step']} {key} {y} vs cpu {x}")
+            print(f"train {prec} on {tag}: largest relative difference from the cpu "
+                  f"{max(abs(a[k] - b[k]) / abs(a[k]) for a, b in zip(logs['cpu'], log) for k in ('loss', 'grad_norm')):.2e}")
 
 
 def main():
@@ -166,52 +293,69 @@ def main():
             if not check(r.returncode == 0, f"{case}: compile: {r.stderr[-300:]}"):
                 continue
             gemms = [ln for ln in r.stdout.splitlines() if re.match(r"s\d+ gemm ", ln)]
-            acts = [re.search(r" act (\w+)->b\d+", ln) for ln in gemms]
-            got_acts = [a.group(1) for a in acts if a]
+            acts = [re.search(r" act (\w+)->b\d+( aux)?", ln) for ln in gemms]
+            got_acts = [a.group(1) + (a.group(2) or "") for a in acts if a]
             check(len(gemms) == 1, f"{case}: {len(gemms)} GEMM steps, want 1")
             check(got_acts == ([want_act] if want_act else []),
                   f"{case}: activations {got_acts}, want {want_act}")
             want = ref(x.astype(np.float64), z.astype(np.float64))
             outs = {}
-            for dev in ("cpu", "cuda"):
-                od = os.path.join(tmp, f"{case}.{dev}")
+            runs = [("cpu", None)] + [("cuda", e) for e in ENGINES]
+            for dev, env in runs:
+                tag = dev + ("-" + env["SHARDC_CUDA_GEMM"] if env else "")
+                od = os.path.join(tmp, f"{case}.{tag}")
                 r = sh(["run", path, "-q", "--device", dev, "--no-allow-tf32", "--output-dir", od] + args,
-                       cuda_env() if dev == "cuda" else None)
-                if not check(r.returncode == 0, f"{case} on {dev}: {r.stderr[-400:]}"):
+                       dict(cuda_env(), **env) if dev == "cuda" else None)
+                if not check(r.returncode == 0, f"{case} on {tag}: {r.stderr[-400:]}"):
                     continue
-                outs[dev] = np.load(os.path.join(od, "Y.npy"))
-                within(outs[dev], want, 1e-4, f"{case} on {dev} against numpy")
+                outs[tag] = np.load(os.path.join(od, "Y.npy"))
+                within(outs[tag], want, 1e-4, f"{case} on {tag} against numpy")
+                if case.endswith("_product_out"):  # C itself, kept beside the activation
+                    wb = {t.name: numpy_helper.to_array(t).astype(np.float64)
+                          for t in onnx.load(path).graph.initializer}
+                    within(np.load(os.path.join(od, "P.npy")), x.astype(np.float64) @ wb["W"] + wb["B"],
+                           1e-4, f"{case} on {tag}: the product P against numpy")
                 if dev == "cuda":
-                    n = fused_count(r.stderr)
-                    check(n == (1 if want_act else 0),
-                          f"{case}: {n} activations in the product, want "
-                          f"{1 if want_act else 0}")
-            if len(outs) == 2:
-                within(outs["cuda"], outs["cpu"].astype(np.float64), 1e-5,
-                      f"{case}: cuda against cpu")
-            if case != "gelu_spelled" or "cpu" not in outs:
+                    n, na = fused_count(r.stderr), aux_count(r.stderr)
+                    nw = 1 if want_act else 0
+                    nwa = nw if want_act and want_act.endswith(" aux") else 0
+                    check(n == nw and na == nwa,
+                          f"{case} on {tag}: {n} activations in the product, {na} keeping "
+                          f"the pre-activation, want {nw}, {nwa}")
+            for tag in outs:
+                if tag != "cpu" and "cpu" in outs:
+                    within(outs[tag], outs["cpu"].astype(np.float64), 1e-5,
+                           f"{case}: {tag} against cpu")
+            if case not in ("gelu_spelled", "gelu_product_out") or "cpu" not in outs:
                 continue
-            # a CUDA bundle keeps the activation and runs it
-            bdir = os.path.join(tmp, "bundle")
+            # a CUDA bundle keeps the activation (and act_aux) and runs it
+            aux = case == "gelu_product_out"
+            bdir = os.path.join(tmp, "bundle." + case)
             r = sh(["compile", path, "--target", "cuda", "-o", bdir])
             if not check(r.returncode == 0, f"bundle: {r.stderr[-300:]}"):
                 continue
             with open(os.path.join(bdir, "program.json")) as f:
                 prog = json.load(f)
             steps = [s for s in prog["steps"] if s.get("kind") == "gemm"]
-            check(len(steps) == 1 and steps[0]["gemm"].get("act") == "gelu_tanh",
-                  f"bundle: GEMM steps {[s['gemm'].get('act') for s in steps]}")
+            check(len(steps) == 1 and steps[0]["gemm"].get("act") == "gelu_tanh" and
+                  steps[0]["gemm"].get("act_aux", False) == aux,
+                  f"bundle {case}: GEMM steps {[s['gemm'].get('act') for s in steps]}, act_aux "
+                  f"{[s['gemm'].get('act_aux') for s in steps]}")
             # cuBLASLt's workspace is part of the plan: 32 MiB at the arena's top
             ws, wo = prog.get("workspace_bytes"), prog.get("workspace_offset")
             check(ws == 32 << 20 and wo is not None and wo + ws == prog["arena_bytes"],
                   f"bundle: workspace {ws} at {wo} in an arena of {prog['arena_bytes']}")
-            od = os.path.join(tmp, "bundle.out")
+            od = os.path.join(tmp, f"bundle.{case}.out")
             r = sh(["run", bdir, "-q", "--device", "cuda", "--no-allow-tf32", "--output-dir", od] + args,
                    cuda_env())
             if check(r.returncode == 0, f"bundle run: {r.stderr[-400:]}"):
-                check(fused_count(r.stderr) == 1, "bundle run: activation not in the product")
+                check(fused_count(r.stderr) == 1 and aux_count(r.stderr) == int(aux),
+                      f"bundle run {case}: {fused_count(r.stderr)} activations in the product, "
+                      f"{aux_count(r.stderr)} keeping the pre-activation")
                 within(np.load(os.path.join(od, "Y.npy")), outs["cpu"].astype(np.float64),
-                      1e-5, "bundle on cuda against cpu")
+                      1e-5, f"bundle {case} on cuda against cpu")
+        train_checks(tmp, rng)
+        gpt2_count(tmp)
     return finish()
 
 

@@ -170,7 +170,11 @@ def gpu_memory(tmp):
         want = plan_peaks(args)
         if "largest" in want:
             got = {"largest": max(got.values())} if got else {}
-        check(rc == 0 and got == want and all(v > 600 << 20 for v in got.values()),
+        # NCCL's buffers: 294 MiB for each piece with a communicator (pipeline
+        # rank 0 of pp=2,dp=2 has one: its weight piece reduces nothing, the
+        # position embedding's gradient accumulating pending into the norm
+        # piece's reduction)
+        check(rc == 0 and got == want and all(v > 256 << 20 for v in got.values()),
               f"check --report's peaks are plan --json's on the GPU (NCCL's buffers in them) "
               f"for {' '.join(args[1:])} (exit {rc}): {got} vs {want}{err}")
         if "--no-weights" not in args:

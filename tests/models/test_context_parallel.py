@@ -15,8 +15,10 @@ sequence padded to the next multiple of cp (18, 20, 24) with the padding
 rows' keys masked out in every ring step and the class token's selection
 a sum weighted 1 on its row (a pending sum over cp):
   * `shardc run --mesh M` for M in cp=2, cp=4, tp=2 x cp=2, pp=2 x cp=2
-    (GPT-2 also dp=2 x cp=2: the batch split over dp, the sequence over cp,
-    nothing computed whole; GPT-2 and vit also cp=8: 16 tokens in 16
+    (GPT-2 and Llama also tp=2 x cp=2 with --sequence-parallel: the norms
+    on each cp rank's tokens split again over tp, the row-parallel
+    products' sums reduce-scattered onto them; GPT-2 also dp=2 x cp=2: the
+    batch split over dp, the sequence over cp, nothing computed whole; GPT-2 and vit also cp=8: 16 tokens in 16
     chunks of one, vit's 17 padded to 24, 8 thread-ranks)
     writes logits of the single-rank run's dtype and shape, no NaN, within
     rtol 1e-4, atol 1e-5 of it (test_partition.py's tolerance: the ring
@@ -43,6 +45,7 @@ a sum weighted 1 on its row (a pending sum over cp):
 Environment: SHARDC, SC_SOURCE_DIR. Exit 0 on success, 1 on any failure.
 """
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -56,8 +59,9 @@ from checks import check, failures  # noqa: E402
 
 SHARDC = os.environ.get("SHARDC")
 SRC = os.environ.get("SC_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
-MESHES = {"gpt2": ["cp=2", "cp=4", "cp=8", "tp=2,cp=2", "pp=2,cp=2", "dp=2,cp=2"],
-          "llama": ["cp=2", "cp=4", "tp=2,cp=2", "pp=2,cp=2"],
+MESHES = {"gpt2": ["cp=2", "cp=4", "cp=8", "tp=2,cp=2", "pp=2,cp=2", "dp=2,cp=2",
+                   "tp=2,cp=2 --sequence-parallel"],
+          "llama": ["cp=2", "cp=4", "tp=2,cp=2", "pp=2,cp=2", "tp=2,cp=2 --sequence-parallel"],
           "vit_pool": ["cp=2", "cp=4", "tp=2,cp=2", "cp=3"],
           "vit": ["cp=2", "cp=4", "cp=8", "tp=2,cp=2", "pp=2,cp=2", "dp=2,cp=2"]}
 # meshes that must warn of a fallback: mesh -> a substring of the warning
@@ -101,9 +105,9 @@ def test_model(tmp, name, meshes):
     want = logits(one)
     for mesh in meshes:
         tag = f"{name} --mesh {mesh}"
-        d = os.path.join(tmp, name + "_" + mesh.replace(",", "_").replace("=", ""))
+        d = os.path.join(tmp, name + "_" + re.sub(r"[^a-z0-9]+", "_", mesh))
         os.makedirs(d)
-        r = run(base + ["--output-dir", d, "--mesh", mesh])
+        r = run(base + ["--output-dir", d, "--mesh"] + mesh.split())
         if not check(r.returncode == 0, f"{tag}: exit {r.returncode}: {r.stderr[-2000:]}"):
             continue
         compare(f"{tag} logits", logits(d), want)

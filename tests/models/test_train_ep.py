@@ -10,7 +10,8 @@ test_train_cp), no NaN, for
   ep=2, ep=4, dp=2 x ep=2, fsdp=2 x ep=2, tp=2 x ep=2, ep=2 with
   --recompute full, pp=2 x ep=2 (1F1B, one microbatch) against one rank;
   ep=2 x fsdp=2 (ep first in the mesh: the storage group's collectives
-  run axis by axis) and fsdp=2 x ep=2 under --zero 2 and --zero 1
+  one over the group ep,fsdp, its rows reordered by bucket.c), under
+  --zero 3 and --zero 1, and fsdp=2 x ep=2 under --zero 2 and --zero 1
   against one rank;
   the SMP v2 key expert_parallel_degree 2 over a world of --mesh dp=4
   (`--smp-config`: it says `--mesh dp=2,ep=2`) against one rank;
@@ -127,6 +128,7 @@ MESHES = {"meshes-1": [(["--mesh", "ep=2"], None), (["--mesh", "ep=4"], None),
                         PP2),
                        (["--mesh", "dp=4", "--smp-config", SMP], None)],
           "meshes-3": [(["--mesh", "ep=2,fsdp=2"], None),
+                       (["--mesh", "ep=2,fsdp=2", "--zero", "1"], None),
                        (["--mesh", "fsdp=2,ep=2", "--zero", "2"], None),
                        (["--mesh", "fsdp=2,ep=2", "--zero", "1"], None)],
           "etp": [(["--mesh", "tp=2,ep=2", "--expert-tensor-parallel"], None),

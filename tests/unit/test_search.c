@@ -379,6 +379,82 @@ static void test_grouped_collectives(void **state) {
   /* two pipeline stages: the critical one holds 24 blocks */
   c.pp = 2;
   assert_true(sc_search_param_collectives(&bm, &o, &c, SC_SEARCH_GROUP_BLOCK) == 24 + 4);
+  /* the reduce-scatters over fsdp: the tied embedding ([50257, 1600], read
+   * by the lookup and the LM head) sharded on dim 1 (fsdp does not divide
+   * 50257), its gradient's two parts in 13 chunks of rows each
+   * (sc_partition_split_grad_sums): 48 + 4 - 1 + 26, the compiled step's
+   * 76 (tests/lit/plan/gpt_1p5b_fsdp_groups.test: its 51 - 1 + 26) and
+   * the last norm's two tensors counted apart; under --reduce-dtype bf16
+   * the sum's cast comes between and nothing is split (52); in a pipeline
+   * the parts are on two stages (the 24 blocks' 24 + 4) */
+  assert_int_equal(bm.n_tied, 1);
+  assert_true(bm.tied_dims[0][0] == 50257 && bm.tied_dims[0][1] == 1600);
+  z3.pp = 1;
+  z3.zero = 3;
+  z3.microbatches = 1;
+  o.dtype = SC_CLUSTER_FP32;
+  o.reduce_low = false;
+  assert_true(sc_search_step_scatters(&bm, &o, &z3) == 48 + 4 - 1 + 26);
+  z3.fsdp = 8; /* 1600 / 8 rows of 50257: the same 13 chunks */
+  assert_true(sc_search_step_scatters(&bm, &o, &z3) == 48 + 4 - 1 + 26);
+  o.dtype = SC_CLUSTER_BF16;
+  o.reduce_low = true;
+  assert_true(sc_search_step_scatters(&bm, &o, &z3) == 48 + 4);
+  o.reduce_low = false;
+  z3.pp = 2;
+  z3.microbatches = 2;
+  assert_true(sc_search_step_scatters(&bm, &o, &z3) == 2 * (24 + 4));
+}
+
+/* A pipeline's bubble and hand-offs (docs/planner.md, "The estimate"):
+ * the fill and drain pass each microbatch's forward and backward piece
+ * but not its weight piece (codegen/pipe_schedule.c: 1F1B ends at
+ * M(F+B+W) + (P-1)(F+B)), so the bubble is under (P-1) whole microbatch
+ * times; zb-h1 at M >= P less by the weight pieces, and equal to 1F1B's
+ * under full recompute (no weight pieces); the exposed hand-offs are one
+ * message whatever M where a chunk's forward hides the others (NVLink,
+ * sequence 128 here), of the stream split by tp under sequence
+ * parallelism. */
+static void test_pipeline_bubble(void **state) {
+  (void)state;
+  sc_block_model bm;
+  int64_t n;
+  model_of(GPT_1P5B, &bm, &n);
+  sc_cluster cl = preset("h100-sxm:8x1");
+  sc_search_opts o = {.cluster = &cl, .global_batch = 16, .dtype = SC_CLUSTER_BF16,
+                      .adamw = true};
+  sc_search_cand c = {.dp = 1, .fsdp = 1, .tp = 1, .pp = 4, .cp = 1, .schedule = "1f1b",
+                      .virtual_stages = 1, .microbatches = 8, .micro_batch_size = 2,
+                      .batch = 16};
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  assert_int_equal(sc_search_estimate(&bm, &o, &c, &d), SC_OK);
+  double mb = (c.compute_s + c.recompute_s) / 8;
+  assert_true(isfinite(c.bubble_s) && c.bubble_s > 3 * mb * 0.4 && c.bubble_s < 3 * mb * 0.8);
+  assert_true(c.pp_s > 0);
+  sc_search_cand more = c;
+  more.microbatches = 16;
+  more.micro_batch_size = 1;
+  assert_int_equal(sc_search_estimate(&bm, &o, &more, &d), SC_OK);
+  assert_true(more.pp_s < c.pp_s); /* one message of half the examples */
+  sc_search_cand zb = c;
+  zb.schedule = "zb-h1";
+  assert_int_equal(sc_search_estimate(&bm, &o, &zb, &d), SC_OK);
+  assert_true(zb.bubble_s > 0 && zb.bubble_s < c.bubble_s);
+  sc_search_cand full = c, zb_full = zb;
+  full.recompute = zb_full.recompute = SC_SEARCH_RECOMPUTE_FULL;
+  assert_int_equal(sc_search_estimate(&bm, &o, &full, &d), SC_OK);
+  assert_int_equal(sc_search_estimate(&bm, &o, &zb_full, &d), SC_OK);
+  assert_true(fabs(full.bubble_s - zb_full.bubble_s) <= 1e-12 * full.bubble_s);
+  /* sequence parallelism hands on the rank's shard of the stream */
+  sc_search_cand tp = c, sp;
+  tp.tp = 2;
+  tp.pp = 4;
+  sp = tp;
+  sp.sequence_parallel = true;
+  assert_int_equal(sc_search_estimate(&bm, &o, &tp, &d), SC_OK);
+  assert_int_equal(sc_search_estimate(&bm, &o, &sp, &d), SC_OK);
+  assert_true(sp.pp_s < tp.pp_s);
 }
 
 /* The loss's kept values in the memory estimate: the decomposed form's,
@@ -782,7 +858,7 @@ int main(void) {
       cmocka_unit_test(test_batch_refused), cmocka_unit_test(test_cp_estimate), cmocka_unit_test(test_ep_estimate),
       cmocka_unit_test(test_etp_estimate),
       cmocka_unit_test(test_zero_stages),
-      cmocka_unit_test(test_grouped_collectives),
+      cmocka_unit_test(test_grouped_collectives), cmocka_unit_test(test_pipeline_bubble),
       cmocka_unit_test(test_inference), cmocka_unit_test(test_inference_cp),
       cmocka_unit_test(test_cp_padding),
   };

@@ -190,6 +190,10 @@ static void test_matmul(void **state) {
    * as Megatron's all-gather of the sequence; gathering the weight instead
    * would move it whole every step */
   expect_rule(DT, mm, "[_,tp,_] | [_,tp]", "[_,_,_] | [_,tp] -> [_,_,tp]");
+  /* the rows split over cp and, inside, over tp (sequence parallelism
+   * beside cp): cp's split stays, tp's is gathered */
+  expect_rule("dp=2,cp=2,tp=2", mm, "[dp,(cp,tp),_] | [_,tp]",
+              "[dp,cp,_] | [_,tp] -> [dp,cp,tp]");
   /* a pending sum on A passes through */
   expect_rule(DT, mm,
               "[dp,_,_] partial(tp)", "[dp,_,_] partial(tp) | [_,_] -> [dp,_,_] partial(tp)");
@@ -276,6 +280,14 @@ static void test_reshape(void **state) {
   expect_rule("dp=2,cp=2", merge, "[dp,cp,_]", "[dp,_,_] | [_] -> [dp,_]");
   /* other axes on the sequence keep the general rule (sequence parallel) */
   expect_rule("cp=2,tp=2", merge, "[_,tp,_]", "[_,_,_] | [_] -> [_,_]");
+  /* tp inside cp on the sequence (sequence parallelism beside cp): the
+   * merge gathers tp and keeps cp's split as the stride */
+  expect_rule("cp=2,tp=2", merge, "[_,(cp,tp),_]", "[_,cp,_] | [_] -> [2*cp,_]");
+  /* a stride of several axes is not split back: the general rule */
+  expect_rule("cp=2,tp=2",
+              "  input %x : f32[32,64]\n  const %s : i64[3] = [2, 16, 64]\n"
+              "  %y = Reshape(%x, %s) \"n\"\n",
+              "[2*(cp,tp),_]", "[_,_] | [_] -> [_,_,_]");
 }
 
 static void test_transpose_split(void **state) {
