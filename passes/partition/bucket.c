@@ -1129,7 +1129,8 @@ static sc_status merge_terms(bucketer *b, const int32_t *off, const int32_t *use
 
 /* The gradient norm's all-reduces of scalars merged (merge_terms): a
  * running sum that has become replicated all-reduces each later sharded
- * term on its own, one collective a parameter. */
+ * term on its own, one collective a parameter (ZeRO-1/2: each flat
+ * shard's square). */
 static sc_status merge_scalar_terms(sc_partition *p, sc_diag *d) {
   sc_graph *L = p->local;
   sc_stats stats;
@@ -1261,7 +1262,11 @@ sc_status sc_partition_bucket_reductions(sc_partition *p, sc_diag *d) {
   sc_free(off);
   sc_free(users);
   sc_stats_free(&stats);
-  return st == SC_OK ? merge_scalar_terms(p, d) : st;
+  /* ZeRO-1/2's norm: each flat (or dim) shard's square is its own term;
+   * elsewhere the sums keep their order (a reassociated bf16 step's sum
+   * would no longer match the same pieces reduced another way) */
+  bool merge = p->fsdp_axis >= 0 && (p->zero_stage == 1 || p->zero_stage == 2);
+  return st == SC_OK && merge ? merge_scalar_terms(p, d) : st;
 }
 
 /* ---- a gradient sum's early part (sc_partition_split_grad_sums) ---- */
