@@ -1,6 +1,6 @@
-/* bucket.c — ZeRO-3's parameter all-gathers, and the gradients'
- * reductions (reduce-scatters, all-reduces), grouped per block
- * (partition.h).
+/* bucket.c — ZeRO-3's parameter all-gathers, ZeRO-1/2's gathers of the
+ * updated parameters, and the gradients' reductions (reduce-scatters,
+ * all-reduces), grouped per block (partition.h).
  *
  * localize gathers each parameter stored split over the fsdp axis right
  * before its use, one AllGather per tensor (per use region: forward, and
@@ -34,6 +34,10 @@
  * copy-in, all-gather, copy-out), and each old gather an Identity of its
  * y_t, so that its readers and its name stay. The bytes every rank sends
  * are the same; the count of collectives falls to one per block and region.
+ * ZeRO-1/2 gather each updated parameter after its update instead
+ * (update_candidate: a shard that a chain of sole readers makes the output
+ * new:P); their groups are formed alike, the bucket placed after the last
+ * member, each member copied out there and its chain moved after it.
  * p->local_end (the global-to-local node map, used only to place stages)
  * is not kept up to date.
  *
@@ -83,6 +87,13 @@
  * keep their relative order, and every
  * rank runs the same program, so the collectives match across ranks.
  *
+ * Where something reads a member's result before the next member is
+ * reduced (a pipelined norm piece squares each reduced mean before making
+ * the next), the next member's few producing nodes and its reduction are
+ * first moved right after the previous member's (hoist_reductions). After
+ * the buckets, the gradient norm's all-reduces of scalars that add into
+ * one running sum are merged into one (merge_scalar_terms).
+ *
  * Before the buckets, a reduce-scatter of "grad:P" = a + b (a parameter
  * read twice: a tied embedding's LM head product and lookup scatter-add)
  * whose earlier part has SC_PARTITION_SPLIT_MIN_BYTES or more and would
@@ -100,11 +111,15 @@
 #include "partition.h"
 #include "passes/stats.h"
 
+enum { CHAIN = 8 }; /* nodes at most between a collective's value and its parameter's */
+
 typedef struct member {
   int32_t node;        /* the old AllGather */
   int32_t inner;       /* the old gather over ep before it (ep first), or -1 */
   int32_t x, y;        /* its shard input and full output */
   int64_t n;           /* elements of the shard */
+  int32_t chain[CHAIN], n_chain; /* an update's gather: the nodes making
+                          new:P of y (update_candidate), moved with it */
 } member;
 
 typedef struct bucketer {
@@ -199,6 +214,44 @@ static bool candidate(const bucketer *b, const int32_t *off, int32_t i, const ch
   if (!pp || strcmp(pp, x->name) != 0) return false;
   *param = x->name;
   return true;
+}
+
+/* Whether node i gathers along dim 0 over a storage group (storage_size)
+ * a shard that a chain of sole readers (m->chain: Slice, Reshape,
+ * Transpose, ..., each of one output, reading nothing else but constants)
+ * makes "new:P", the updated parameter P, a step output nothing reads:
+ * ZeRO-1/2's gather after the update (flat.c's Slice of the flat update, or
+ * a dim-0 shard's); P through *param. */
+static bool update_candidate(const bucketer *b, const int32_t *off, const int32_t *users, int32_t i,
+                             const char **param, member *m) {
+  const sc_graph *L = b->L;
+  const sc_node *n = &L->nodes[i];
+  if (n->op != SC_OP_ALL_GATHER || n->n_inputs != 1 || n->n_outputs != 1 || n->inputs[0] < 0 ||
+      n->outputs[0] < 0)
+    return false;
+  const sc_attr *dim = sc_node_attr(n, "axis");
+  if (!storage_size(b->p, n) || (dim && dim->i != 0) || L->values[n->inputs[0]].rank < 1)
+    return false;
+  m->n_chain = 0;
+  for (int32_t v = n->outputs[0], hop = 0; hop <= CHAIN; hop++) {
+    const sc_value *y = &L->values[v];
+    if (y->name && strncmp(y->name, "new:", 4) == 0 && (y->flags & SC_VALUE_OUTPUT) &&
+        off[v + 1] == off[v]) {
+      const char *pp = sc_partition_param_of(b->p, y->name + 4);
+      if (!pp || strcmp(pp, y->name + 4) != 0) return false;
+      *param = pp;
+      return true;
+    }
+    if (hop == CHAIN || off[v + 1] - off[v] != 1 || (y->flags & SC_VALUE_OUTPUT)) return false;
+    const sc_node *r = &L->nodes[users[off[v]]];
+    if (r->n_outputs != 1 || r->outputs[0] < 0) return false;
+    for (int32_t k = 0; k < r->n_inputs; k++)
+      if (r->inputs[k] != v && r->inputs[k] >= 0 && L->values[r->inputs[k]].producer >= 0)
+        return false;
+    m->chain[m->n_chain++] = users[off[v]];
+    v = r->outputs[0];
+  }
+  return false;
 }
 
 static int32_t new_value(bucketer *b, const char *base, sc_dtype t, int32_t rank,
@@ -320,13 +373,16 @@ static int32_t reorder(bucketer *b, int32_t v, int64_t A, int64_t B, int64_t n, 
   return tr;
 }
 
-/* The group's bucket (see the top). */
-static sc_status bucket(bucketer *b, const member *m, int32_t k, int64_t S) {
+/* The group's bucket (see the top): before old node `at`, or where its
+ * first member was gathered (at < 0; each member copied out where it was
+ * gathered). An update's gathers (at >= 0: after the last member's) are
+ * copied out there too, the old gathers and their chains moved after. */
+static sc_status bucket(bucketer *b, const member *m, int32_t k, int64_t S, int32_t at) {
   sc_graph *L = b->L;
-  int32_t first = m[0].node;
-  int64_t stage = stage_of(&L->nodes[first]);
+  int32_t first = at >= 0 ? at : m[0].node;
+  int64_t stage = stage_of(&L->nodes[m[0].node]);
   sc_dtype t = L->values[m[0].x].dtype;
-  const char *base = L->nodes[first].name;
+  const char *base = L->nodes[m[0].node].name;
   int64_t N = 0;
   for (int32_t j = 0; j < k; j++) N += m[j].n;
   int32_t *flat = sc_malloc((size_t)k * sizeof *flat);
@@ -334,7 +390,7 @@ static sc_status bucket(bucketer *b, const member *m, int32_t k, int64_t S) {
   sc_status st = SC_OK;
   for (int32_t j = 0; st == SC_OK && j < k; j++) {
     int32_t cast = L->values[m[j].x].producer; /* a Cast of the shard, before the bucket */
-    if (cast > first && cast < b->first_new && !b->moved[cast] && !put(b, cast, first))
+    if (at < 0 && cast > first && cast < b->first_new && !b->moved[cast] && !put(b, cast, first))
       st = nomem(b->d);
     int32_t shp = st == SC_OK ? const_i64(b, 1, &m[j].n) : -1;
     flat[j] = shp < 0 ? -1 : new_value(b, L->values[m[j].x].name, t, 1, &m[j].n);
@@ -352,7 +408,7 @@ static sc_status bucket(bucketer *b, const member *m, int32_t k, int64_t S) {
   if (st == SC_OK && (nc < 0 || attr_int(b, nc, "axis", 0) != SC_OK)) st = lerr(b);
   int32_t ng = st == SC_OK ? emit(b, SC_OP_ALL_GATHER, base, &cat, 1, all, stage, first) : -1;
   if (st == SC_OK && ng < 0) st = lerr(b);
-  if (st == SC_OK) st = m[0].inner >= 0 ? pair_axes(b, ng) : copy_axes(b, ng, first);
+  if (st == SC_OK) st = m[0].inner >= 0 ? pair_axes(b, ng) : copy_axes(b, ng, m[0].node);
   if (st == SC_OK && attr_int(b, ng, "axis", 0) != SC_OK) st = lerr(b);
   if (st == SC_OK && m[0].inner >= 0)
     all = reorder(b, all, axis_size(b->p, b->p->ep_axis), axis_size(b->p, b->p->fsdp_axis), N,
@@ -369,10 +425,10 @@ static sc_status bucket(bucketer *b, const member *m, int32_t k, int64_t S) {
     int32_t full = sl < 0 ? -1 : new_value(b, y.name, t, y.rank, y.dims);
     /* copied out where the member was gathered: the bucket stays for the
      * block, each copy lives only as long as the parameter's own gather did */
+    int32_t out = at >= 0 ? at : m[j].node;
     if (full < 0 ||
-        emit(b, SC_OP_SLICE, base, (int32_t[]){g2, c_lo, c_hi, c_ax}, 4, sl, stage,
-             m[j].node) < 0 ||
-        emit(b, SC_OP_RESHAPE, base, (int32_t[]){sl, c_sh}, 2, full, stage, m[j].node) < 0) {
+        emit(b, SC_OP_SLICE, base, (int32_t[]){g2, c_lo, c_hi, c_ax}, 4, sl, stage, out) < 0 ||
+        emit(b, SC_OP_RESHAPE, base, (int32_t[]){sl, c_sh}, 2, full, stage, out) < 0) {
       st = lerr(b);
       break;
     }
@@ -382,6 +438,9 @@ static sc_status bucket(bucketer *b, const member *m, int32_t k, int64_t S) {
       L->values[L->nodes[m[j].inner].outputs[0]].flags |= SC_VALUE_DEAD;
       b->dead = true;
     }
+    if (at >= 0 && !put(b, m[j].node, at)) st = nomem(b->d);
+    for (int32_t c = 0; at >= 0 && c < m[j].n_chain && st == SC_OK; c++) /* after it, in order */
+      if (!put(b, m[j].chain[c], at)) st = nomem(b->d);
   }
   sc_free(flat);
   return st;
@@ -446,8 +505,6 @@ static int32_t first_use(const sc_graph *L, const int32_t *off, const int32_t *u
   if (off[v + 1] > off[v]) return users[off[v]];
   return L->values[v].flags & SC_VALUE_OUTPUT ? L->n_nodes : INT32_MAX;
 }
-
-enum { CHAIN = 8 }; /* nodes at most between a reduced value and its "grad:P" */
 
 typedef struct rmember {
   int32_t pair;        /* the old ReduceScatter over ep that alone reads
@@ -711,9 +768,11 @@ static sc_status begin(sc_partition *p, sc_diag *d, sc_stats *stats, bucketer *b
 
 sc_status sc_partition_bucket_gathers(sc_partition *p, sc_diag *d) {
   if (p->fsdp_axis < 0 || !p->local) return SC_OK;
-  /* ZeRO-3's gathers are bucketed; under ZeRO-1/2 (the updated shards
-   * gathered) only the pairs are made one collective each */
-  bool buckets = p->zero_stage == 3;
+  /* ZeRO-3 gathers the parameters before their use, ZeRO-1/2 the updated
+   * parameters after the update (update_candidate): both bucketed; a pair
+   * (ep before fsdp) outside the buckets is made one collective */
+  bool update = p->zero_stage == 1 || p->zero_stage == 2;
+  bool buckets = p->zero_stage == 3 || update;
   if (!buckets && (p->ep_axis < 0 || p->ep_axis > p->fsdp_axis)) return SC_OK;
   sc_graph *L = p->local;
   sc_stats stats;
@@ -739,7 +798,11 @@ sc_status sc_partition_bucket_gathers(sc_partition *p, sc_diag *d) {
     const char *param = NULL;
     int32_t inner = -1;
     int64_t S = 0;
-    bool cand = i < n0 && candidate(&b, off, i, &param, &inner, &S);
+    member mi = {.node = i, .inner = -1};
+    bool cand = i < n0 && (update ? inner_gather(&b, off, i) < 0 &&
+                                        update_candidate(&b, off, users, i, &param, &mi)
+                                  : candidate(&b, off, i, &param, &inner, &S));
+    if (update && cand) S = storage_size(p, &L->nodes[i]);
     int64_t stage = cand ? stage_of(&L->nodes[i]) : -1;
     int64_t block = cand && stats.block_key ? sc_stats_block_of_name(stats.block_key, param) : -1;
     /* outside blocks (embeddings, the last norm): used far apart, gathered
@@ -750,7 +813,7 @@ sc_status sc_partition_bucket_gathers(sc_partition *p, sc_diag *d) {
       member one = {.node = i, .inner = inner, .x = L->nodes[inner].inputs[0],
                     .y = L->nodes[i].outputs[0]};
       one.n = sc_value_numel(&L->values[one.x]);
-      st = bucket(&b, &one, 1, axis_size(p, p->fsdp_axis) * axis_size(p, p->ep_axis));
+      st = bucket(&b, &one, 1, axis_size(p, p->fsdp_axis) * axis_size(p, p->ep_axis), -1);
       continue;
     }
     cand &= buckets && block >= 0;
@@ -771,7 +834,8 @@ sc_status sc_partition_bucket_gathers(sc_partition *p, sc_diag *d) {
       bool close = moved_on || (cand && q == s && (key_t[q] != t || key_S[q] != S || again));
       if (!close) continue;
       if (k[q] >= 2 || (k[q] == 1 && open[(size_t)q * (n0 + 1)].inner >= 0)) {
-        st = bucket(&b, open + (size_t)q * (n0 + 1), k[q], key_S[q]);
+        const member *o = open + (size_t)q * (n0 + 1);
+        st = bucket(&b, o, k[q], key_S[q], update ? o[k[q] - 1].node + 1 : -1);
         n_groups++;
       }
       k[q] = 0;
@@ -779,9 +843,11 @@ sc_status sc_partition_bucket_gathers(sc_partition *p, sc_diag *d) {
       key_S[q] = 0;
     }
     if (!cand || st != SC_OK) continue;
-    open[(size_t)s * (n0 + 1) + k[s]] = (member){.node = i, .inner = inner, .x = x,
-                                                 .y = L->nodes[i].outputs[0],
-                                                 .n = sc_value_numel(&L->values[x])};
+    mi.inner = inner;
+    mi.x = x;
+    mi.y = L->nodes[i].outputs[0];
+    mi.n = sc_value_numel(&L->values[x]);
+    open[(size_t)s * (n0 + 1) + k[s]] = mi;
     params[(size_t)s * (n0 + 1) + k[s]++] = param;
     key_stage = stage;
     key_block = block;
@@ -863,12 +929,247 @@ static bool joins(const rgroup *g, const rmember *m, int32_t i) {
   return g->use > i && sc_partition_bucket_takes(g->bytes, m->rs < 0);
 }
 
+/* The last node of the reduction that node rs (a reduce-scatter, an
+ * rs_candidate) begins: rs, or the AllReduce over the replicas that alone
+ * reads its result (HSDP), then the Cast back from the reduce dtype that
+ * alone reads that; its nodes through tail (n_tail of them after rs). */
+static int32_t rs_tail(const sc_graph *L, const int32_t *off, const int32_t *users, int32_t rs,
+                       int32_t tail[2], int32_t *n_tail) {
+  int32_t last = rs;
+  *n_tail = 0;
+  for (int32_t k = 0; k < 2; k++) {
+    int32_t y = L->nodes[last].outputs[0];
+    if (off[y + 1] - off[y] != 1 || (L->values[y].flags & SC_VALUE_OUTPUT)) break;
+    int32_t r = users[off[y]];
+    const sc_node *c = &L->nodes[r];
+    bool takes = k == 0 ? is_all_reduce(L, r)
+                        : c->op == SC_OP_CAST && c->n_inputs == 1 && c->n_outputs == 1;
+    if (!takes) {
+      if (k == 0) continue; /* no all-reduce: the Cast may follow rs itself */
+      break;
+    }
+    tail[(*n_tail)++] = last = r;
+  }
+  return last;
+}
+
+/* The nodes of the cone of node i after node `after` (the producers it
+ * needs, back to `after`, but those already moved: placed[k] >= 0), in
+ * node order, through cone (at most CHAIN, counting i): false when it is
+ * larger, holds a collective or crosses into another piece. seen:
+ * [n_nodes] false on entry and on return. */
+static bool cone_of(const sc_graph *L, int32_t i, int32_t after, const int32_t *placed,
+                    int32_t *cone, int32_t *n_cone, bool *seen) {
+  int32_t n = 0, stage = (int32_t)stage_of(&L->nodes[i]);
+  bool ok = true;
+  cone[n++] = i;
+  seen[i] = true;
+  for (int32_t at = 0; ok && at < n; at++) {
+    const sc_node *nd = &L->nodes[cone[at]];
+    for (int32_t k = 0; ok && k < nd->n_inputs; k++) {
+      int32_t v = nd->inputs[k], pr = v >= 0 ? L->values[v].producer : -1;
+      if (pr <= after || seen[pr] || placed[pr] >= 0) continue;
+      ok = n < CHAIN && !is_collective(L, pr) && stage_of(&L->nodes[pr]) == stage;
+      if (ok) {
+        seen[pr] = true;
+        cone[n++] = pr;
+      }
+    }
+  }
+  for (int32_t k = 0; k < n; k++) seen[cone[k]] = false;
+  if (!ok) return false;
+  for (int32_t a = 1; a < n; a++) /* node order: a few, by insertion */
+    for (int32_t c = a; c > 0 && cone[c - 1] > cone[c]; c--) {
+      int32_t t = cone[c];
+      cone[c] = cone[c - 1];
+      cone[c - 1] = t;
+    }
+  *n_cone = n;
+  return true;
+}
+
+/* Reorders the graph so that a block's gradient reductions can form one
+ * bucket where something reads a member's result before the next member
+ * is reduced: a pipelined norm piece makes each parameter's mean, reduces
+ * it and sums its square before the next parameter's (the flat view's
+ * reduce-scatter read at once by the norm's square). Each such later
+ * member (its reduction, the few nodes making its gradient since the
+ * previous member's, none a collective, and its tail: rs_tail) is moved
+ * right after the previous member's; its readers stay where they are. */
+static sc_status hoist_reductions(bucketer *b, const sc_stats *stats) {
+  sc_graph *L = b->L;
+  int32_t n = L->n_nodes, *off = NULL, *users = NULL;
+  if (sc_graph_users(L, &off, &users) != SC_OK) return nomem(b->d);
+  int32_t *anchor = sc_malloc(((size_t)n + 1) * sizeof *anchor); /* moved: after which node */
+  int32_t *order = sc_malloc(((size_t)n + 1) * sizeof *order);  /* moved nodes, in order */
+  bool *result = sc_calloc((size_t)L->n_values + 1, sizeof *result);
+  bool *seen = sc_calloc((size_t)n + 1, sizeof *seen);
+  sc_node *tmp = sc_malloc(((size_t)n + 1) * sizeof *tmp);
+  sc_status st = anchor && order && result && seen && tmp ? SC_OK : nomem(b->d);
+  int32_t n_moved = 0, run = -1, last = -1, n_results = 0;
+  int32_t *res = st == SC_OK ? sc_malloc(((size_t)n + 1) * sizeof *res) : NULL;
+  if (st == SC_OK && !res) st = nomem(b->d);
+  int64_t key_stage = -1, key_block = -2;
+  for (int32_t i = 0; st == SC_OK && i < n; i++) anchor[i] = -1;
+  for (int32_t i = 0; st == SC_OK && i < n; i++) {
+    const char *param = NULL;
+    if (!rs_candidate(b, off, users, i, &param)) continue;
+    int64_t block = stats->block_key ? sc_stats_block_of_name(stats->block_key, param) : -1;
+    int64_t stage = stage_of(&L->nodes[i]);
+    int32_t tail[2], n_tail, end = rs_tail(L, off, users, i, tail, &n_tail);
+    bool same = block >= 0 && run >= 0 && stage == key_stage && block == key_block;
+    bool blocked = false; /* a node since the previous member reads a result */
+    for (int32_t j = last + 1; same && j < i && !blocked; j++) {
+      const sc_node *nd = &L->nodes[j];
+      for (int32_t k = 0; anchor[j] < 0 && k < nd->n_inputs && !blocked; k++)
+        blocked = nd->inputs[k] >= 0 && result[nd->inputs[k]];
+    }
+    int32_t cone[CHAIN], n_cone = 0;
+    if (blocked && cone_of(L, i, run, anchor, cone, &n_cone, seen)) {
+      for (int32_t k = 0; k < n_cone + n_tail; k++) {
+        int32_t nd = k < n_cone ? cone[k] : tail[k - n_cone];
+        anchor[nd] = run;
+        order[n_moved++] = nd;
+      }
+    } else if (same && !blocked) { /* it stays where it is: the next after it */
+      run = end;
+    } else { /* a new run begins at this member, where it is */
+      for (int32_t k = 0; k < n_results; k++) result[res[k]] = false;
+      n_results = 0;
+      run = block >= 0 ? end : -1;
+    }
+    last = end;
+    res[n_results++] = L->nodes[end].outputs[0];
+    result[L->nodes[end].outputs[0]] = true;
+    key_stage = stage;
+    key_block = block;
+  }
+  if (st == SC_OK && n_moved > 0) { /* each run's moved nodes right after its anchor */
+    int32_t *perm = sc_malloc(((size_t)n + 1) * sizeof *perm);
+    if (!perm) st = nomem(b->d);
+    for (int32_t i = 0, w = 0, k = 0; perm && i < n; i++) { /* runs' anchors ascend */
+      if (anchor[i] >= 0) continue;
+      perm[w++] = i;
+      for (; k < n_moved && anchor[order[k]] == i; k++) perm[w++] = order[k];
+    }
+    if (perm) sc_graph_permute_nodes(L, perm, tmp);
+    sc_free(perm);
+  }
+  sc_free(res);
+  sc_free(anchor);
+  sc_free(order);
+  sc_free(result);
+  sc_free(seen);
+  sc_free(tmp);
+  sc_free(off);
+  sc_free(users);
+  return st;
+}
+
+/* Whether node i all-reduces a scalar by a sum, its result read by one Add
+ * alone (a running sum's term: the gradient norm's square of a sharded
+ * gradient, added to a replicated sum). */
+static bool scalar_term(const sc_graph *L, const int32_t *off, const int32_t *users, int32_t i) {
+  if (!is_all_reduce(L, i)) return false;
+  const sc_node *n = &L->nodes[i];
+  const sc_attr *op = sc_node_attr(n, "op");
+  int32_t y = n->outputs[0];
+  if (L->values[y].rank != 0 || (op && op->s && strcmp(op->s, "sum") != 0) ||
+      off[y + 1] - off[y] != 1 || (L->values[y].flags & SC_VALUE_OUTPUT))
+    return false;
+  const sc_node *a = &L->nodes[users[off[y]]];
+  return a->op == SC_OP_ADD && a->n_inputs == 2 && a->n_outputs == 1 && a->outputs[0] >= 0 &&
+         a->inputs[0] != a->inputs[1];
+}
+
+/* Whether Add node a's sum reaches Add node to through Adds alone, each
+ * value on the way read once (by the next) and no step output. */
+static bool sums_into(const sc_graph *L, const int32_t *off, const int32_t *users, int32_t a,
+                      int32_t to) {
+  for (int32_t hop = 0; hop < 4 * CHAIN; hop++) {
+    int32_t v = L->nodes[a].outputs[0];
+    if (v < 0 || off[v + 1] - off[v] != 1 || (L->values[v].flags & SC_VALUE_OUTPUT)) return false;
+    a = users[off[v]];
+    if (a == to) return true;
+    if (L->nodes[a].op != SC_OP_ADD || L->nodes[a].n_outputs != 1) return false;
+  }
+  return false;
+}
+
+/* A run of k >= 2 scalar_terms ar[0..k) whose Adds sum into one another
+ * (sums_into) becomes one all-reduce: the terms' partial values are summed
+ * where each is made (q = p_1 + ... + p_k, each partial over the same axes,
+ * so their sum is the partial of the sum), the last all-reduce reduces q,
+ * and its Add adds it; the earlier Adds pass their running sum on
+ * (Identities) and the earlier all-reduces are Identities nothing reads. */
+static sc_status merge_terms(bucketer *b, const int32_t *off, const int32_t *users,
+                             const int32_t *ar, int32_t k) {
+  sc_graph *L = b->L;
+  int32_t q = L->nodes[ar[0]].inputs[0];
+  for (int32_t j = 1; j < k; j++) {
+    int32_t pj = L->nodes[ar[j]].inputs[0];
+    sc_value pv = L->values[pj]; /* a copy: adding values moves the array */
+    int32_t s = new_value(b, "norm_terms", pv.dtype, 0, NULL);
+    if (s < 0 || emit(b, SC_OP_ADD, L->nodes[ar[j]].name, (int32_t[]){q, pj}, 2, s,
+                      stage_of(&L->nodes[ar[j]]), ar[j]) < 0)
+      return lerr(b);
+    q = s;
+  }
+  for (int32_t j = 0; j < k - 1; j++) {
+    int32_t y = L->nodes[ar[j]].outputs[0], a = users[off[y]];
+    sc_node *add = &L->nodes[a];
+    int32_t run = add->inputs[0] == y ? add->inputs[1] : add->inputs[0];
+    to_identity(b, a, run);
+    add->n_inputs = 1;
+    to_identity(b, ar[j], L->nodes[ar[j]].inputs[0]);
+  }
+  L->nodes[ar[k - 1]].inputs[0] = q;
+  return SC_OK;
+}
+
+/* The gradient norm's all-reduces of scalars merged (merge_terms): a
+ * running sum that has become replicated all-reduces each later sharded
+ * term on its own, one collective a parameter (ZeRO-1/2: each flat
+ * shard's square). */
+static sc_status merge_scalar_terms(sc_partition *p, sc_diag *d) {
+  sc_graph *L = p->local;
+  sc_stats stats;
+  bucketer b;
+  if (begin(p, d, &stats, &b) != SC_OK) return d->status;
+  int32_t n0 = L->n_nodes, *off = NULL, *users = NULL, *run = NULL, k = 0;
+  b.moved = sc_calloc((size_t)n0 + 1, sizeof *b.moved);
+  run = sc_malloc(((size_t)n0 + 1) * sizeof *run);
+  sc_status st = b.moved && run && sc_graph_users(L, &off, &users) == SC_OK ? SC_OK : nomem(d);
+  for (int32_t i = 0; st == SC_OK && i <= n0; i++) {
+    bool term = i < n0 && scalar_term(L, off, users, i);
+    int32_t add = term ? users[off[L->nodes[i].outputs[0]]] : -1;
+    bool joins_run = term && k > 0 && stage_of(&L->nodes[i]) == stage_of(&L->nodes[run[0]]) &&
+                     same_reduction(L, i, run[0]) &&
+                     sums_into(L, off, users, users[off[L->nodes[run[k - 1]].outputs[0]]], add);
+    if (i == n0 || (term && !joins_run)) {
+      if (k >= 2) st = merge_terms(&b, off, users, run, k);
+      k = 0;
+    }
+    if (term && st == SC_OK) run[k++] = i;
+  }
+  st = finish(&b, st);
+  sc_free(run);
+  sc_free(off);
+  sc_free(users);
+  sc_stats_free(&stats);
+  return st;
+}
+
 sc_status sc_partition_bucket_reductions(sc_partition *p, sc_diag *d) {
   if (!p->local) return SC_OK;
   sc_graph *L = p->local;
   sc_stats stats;
   bucketer b;
   if (begin(p, d, &stats, &b) != SC_OK) return d->status;
+  if (hoist_reductions(&b, &stats) != SC_OK) {
+    sc_stats_free(&stats);
+    return d->status;
+  }
   int32_t n0 = L->n_nodes, *off = NULL, *users = NULL;
   /* one open group per dtype (a bf16 step all-reduces its GEMM weights'
    * gradients in bf16 and its norms' in f32, interleaved: each dtype
@@ -961,7 +1262,11 @@ sc_status sc_partition_bucket_reductions(sc_partition *p, sc_diag *d) {
   sc_free(off);
   sc_free(users);
   sc_stats_free(&stats);
-  return st;
+  /* ZeRO-1/2's norm: each flat (or dim) shard's square is its own term;
+   * elsewhere the sums keep their order (a reassociated bf16 step's sum
+   * would no longer match the same pieces reduced another way) */
+  bool merge = p->fsdp_axis >= 0 && (p->zero_stage == 1 || p->zero_stage == 2);
+  return st == SC_OK && merge ? merge_scalar_terms(p, d) : st;
 }
 
 /* ---- a gradient sum's early part (sc_partition_split_grad_sums) ---- */
