@@ -47,7 +47,7 @@
  *     a Reshape back) are rewritten as 3-D MatMul + bias (products_3d), so
  *     that the batch split and the sequence split each keep their own dim
  *     (without one, the Reshape rule carries the sequence split alone
- *     through the merge as a stride: shard_rules.c's cp_merge).
+ *     through the merge as a stride: shard_rules.c's seq_merge).
  * sc_partition_prepare_cp then (inference: after calling the first part
  * and the dce pass) marks every FusedAttention and FusedAttentionGrad
  * (recomputed copies too) `cp_ring = N` and sets on the seed's Gather the

@@ -212,9 +212,10 @@ static sc_status add_memo(lz *z, int32_t gid, const sc_sharding *s, int32_t lid)
 }
 
 /* Under sequence parallelism, whether s gathers the sequence of the
- * computed value gid (its current sharding splits dim 1 over tp, s does
- * not). The backward gathers such a value again rather than read the
- * forward's gathered copy, as Megatron's column-parallel product does:
+ * computed value gid (its current sharding splits dim 1 over tp, or dim 0
+ * as a stride: the rows [b·S] a Reshape merged; s does not). The
+ * backward gathers such a value again rather than read the forward's
+ * gathered copy, as Megatron's column-parallel product does:
  * the step keeps the 1/tp piece for the backward (Korthikanti et al.'s
  * sbh·34/t), not the whole [b, s, h], at one more all-gather. */
 static bool gathers_sequence(const lz *z, int32_t gid, const sc_sharding *s) {
@@ -223,9 +224,11 @@ static bool gathers_sequence(const lz *z, int32_t gid, const sc_sharding *s) {
   if (!z->p->sequence_parallel || ax < 0 || z->g->values[gid].producer < 0 || c->rank < 2 ||
       s->rank != c->rank)
     return false;
+  /* dim 1, or a product's rows [b·S] carrying it as a stride b */
+  int32_t d = sc_sharding_stride(c, 0) > 1 ? 0 : 1;
   bool had = false, has = false;
-  for (int32_t k = 0; k < c->n_dim_axes[1]; k++) had |= c->dim_axes[1][k] == ax;
-  for (int32_t k = 0; k < s->n_dim_axes[1]; k++) has |= s->dim_axes[1][k] == ax;
+  for (int32_t k = 0; k < c->n_dim_axes[d]; k++) had |= c->dim_axes[d][k] == ax;
+  for (int32_t k = 0; k < s->n_dim_axes[d]; k++) has |= s->dim_axes[d][k] == ax;
   return had && !has;
 }
 

@@ -568,51 +568,58 @@ sc_status sc_shard_transpose(sc_shard_ctx *c) {
   return SC_OK;
 }
 
-/* Whether dim d of s is split over the axis named cp first (and only, when
- * alone). */
-static bool cp_outer(const sc_shard_ctx *c, const sc_sharding *s, int32_t d, bool alone) {
+/* Whether dim d of s is split over the axis named cp first. */
+static bool cp_outer(const sc_shard_ctx *c, const sc_sharding *s, int32_t d) {
   int32_t cp = sc_mesh_find_axis(c->mesh, "cp");
-  return cp >= 0 && s->n_dim_axes[d] >= 1 && s->dim_axes[d][0] == cp &&
-         (!alone || s->n_dim_axes[d] == 1);
+  return cp >= 0 && s->n_dim_axes[d] >= 1 && s->dim_axes[d][0] == cp;
 }
 
 /* A Reshape group, input dims [i0, i1) and output dims [j0, j1), whose one
- * split is the context-parallel sequence (the axis cp first): merging
- * [b, S/cp, ..] into one dim carries it as a stride b (each of the b blocks
- * split: `b*cp`), and splitting a dim of stride b back into [b, S, ..]
- * lands it, unstrided, on the dim after those whose product is b — so the
- * sequence stays split through the rows of a product (docs/context-
- * parallel.md). A merge gathers the axes inside cp's on that dim: sequence
- * parallelism's tp split of each cp rank's tokens, gathered before a
- * column-parallel product as without cp. Other axes keep the general rule
- * (sequence parallelism's all-gather there is by design). */
-static bool cp_merge(sc_shard_ctx *c, int32_t i0, int32_t i1, int32_t j0, int32_t j1) {
+ * split is on a dim after the group's first (the sequence of [b, S, ..]:
+ * context parallelism's, or sequence parallelism's over tp): merging
+ * [b, S/n, ..] into one dim carries it as a stride b (each of the b blocks
+ * split: `b*cp`, `b*tp`), and splitting a dim of stride b back into
+ * [b, S, ..] lands it, unstrided, on the dim after those whose product is
+ * b — so the sequence stays split through the rows of a product, which
+ * gathers them itself where it must (docs/context-parallel.md,
+ * docs/partitioning.md). Under cp the merge gathers the axes inside cp's
+ * on that dim: sequence parallelism's tp split of each cp rank's tokens,
+ * gathered before a column-parallel product. */
+static bool seq_merge(sc_shard_ctx *c, int32_t i0, int32_t i1, int32_t j0, int32_t j1) {
   const sc_value *x = inv(c, 0), *o = outv(c, 0);
   sc_sharding *w = &c->want[0], *out = &c->out[0];
   int32_t split = -1;
   for (int32_t d = i0; d < i1; d++)
     if (w->n_dim_axes[d]) {
-      if (split >= 0 || !cp_outer(c, w, d, false)) return false;
+      if (split >= 0) return false;
       split = d;
     }
   if (split < 0) return false;
   int64_t stride = sc_sharding_stride(w, split), before = 1;
-  if (i1 - i0 > 1 && j1 - j0 == 1 && stride == 1) { /* merge: [b, S, ..] -> [b·S·..] */
+  if (i1 - i0 > 1 && j1 - j0 == 1 && stride == 1 && split > i0) {
+    /* merge: [b, S, ..] -> [b·S·..] */
     for (int32_t d = i0; d < split; d++) before *= x->dims[d];
     if (before < 2 || before > 255) return false;
-    w->n_dim_axes[split] = 1; /* cp's split alone: the axes inside it gathered */
-    sc_shard_copy_dim(out, j0, w, split);
-    out->stride[j0] = (uint8_t)before;
-    return sc_shard_divides(out, c->mesh, j0, o->dims[j0]);
+    if (cp_outer(c, w, split))
+      w->n_dim_axes[split] = 1; /* cp's split alone: the axes inside it gathered */
+    sc_sharding merged = *out;
+    sc_shard_copy_dim(&merged, j0, w, split);
+    merged.stride[j0] = (uint8_t)before;
+    if (!sc_shard_divides(&merged, c->mesh, j0, o->dims[j0])) return false;
+    *out = merged;
+    return true;
   }
-  if (i1 - i0 == 1 && j1 - j0 > 1 && stride > 1 && cp_outer(c, w, split, true)) {
+  if (i1 - i0 == 1 && j1 - j0 > 1 && stride > 1) {
     /* split back: [b·S·..] -> [b, S, ..] */
     for (int32_t d = j0; d < j1 && before < stride; d++) {
       before *= o->dims[d];
       if (before == stride && d + 1 < j1) {
-        sc_shard_copy_dim(out, d + 1, w, split);
-        out->stride[d + 1] = 0;
-        return sc_shard_divides(out, c->mesh, d + 1, o->dims[d + 1]);
+        sc_sharding back = *out;
+        sc_shard_copy_dim(&back, d + 1, w, split);
+        back.stride[d + 1] = 0;
+        if (!sc_shard_divides(&back, c->mesh, d + 1, o->dims[d + 1])) return false;
+        *out = back;
+        return true;
       }
     }
   }
@@ -620,10 +627,11 @@ static bool cp_merge(sc_shard_ctx *c, int32_t i0, int32_t i1, int32_t j0, int32_
 }
 
 /* Reshape, Flatten, Squeeze, Unsqueeze: input and output dims (both global,
- * size-1 dims aside) group into runs of equal products. A group's split can
- * only be on its first input dim and lands on its first output dim (the
- * same contiguous blocks of the group's row-major range); a stride only
- * survives a one-dim-to-one-dim group. Other splits are unsplit. */
+ * size-1 dims aside) group into runs of equal products. A group's split on
+ * its first input dim lands on its first output dim (the same contiguous
+ * blocks of the group's row-major range); one on a later dim, or a stride
+ * split back, is seq_merge's; otherwise a stride only survives a
+ * one-dim-to-one-dim group. Other splits are unsplit. */
 sc_status sc_shard_reshape(sc_shard_ctx *c) {
   const sc_value *x = inv(c, 0), *o = outv(c, 0);
   sc_sharding *w = &c->want[0], *out = &c->out[0];
@@ -651,7 +659,7 @@ sc_status sc_shard_reshape(sc_shard_ctx *c) {
       else if (pj < pi && j < ro) pj *= o->dims[j++];
       else return sc_shard_replicate_all(c);
     }
-    if (cp_merge(c, i0, i, j0, j)) continue;
+    if (seq_merge(c, i0, i, j0, j)) continue;
     for (int32_t d = i0 + 1; d < i; d++) sc_shard_unsplit_dim(w, d);
     if (!w->n_dim_axes[i0]) continue;
     bool one = i - i0 == 1 && j - j0 == 1;

@@ -19,7 +19,8 @@ Meshes: dp=2; fsdp=2 with --zero 1, 2 and 3; dp=2 x fsdp=2 (HSDP);
 --hybrid-shard-degree 2 on dp=4; tp=2 with and without
 --sequence-parallel; fsdp=2 x tp=2. GPT-2 (tied embedding and LM head,
 AdamW with clipping) and the MLP (SGD with momentum and weight decay) run
-all of them, Llama and ViT a subset. GPT-2 also with --recompute selective
+all of them, Llama and ViT a subset; GPT-2 and Llama also dp=2 x tp=2
+with --sequence-parallel (Llama tp=2 with it too). GPT-2 also with --recompute selective
 and full, on one rank and under fsdp=2 x tp=2 (recomputing runs the same
 operations again: on one rank its log and checkpoint are asserted
 bit-identical to the run without it). Pipelines, all four samples: pp=2
@@ -72,7 +73,11 @@ Also:
     `shardc train --mesh` allocates;
   - ZeRO-3 gathers GPT-2's parameters per block (one all-gather per block
     and region instead of one per tensor; the same bytes);
-  - GPT-2 at tp=2 trains with nothing computed whole (no fallback warning):
+  - GPT-2 and Llama at tp=2, with and without --sequence-parallel, and at
+    dp=2 x tp=2 with it, train with nothing computed whole (no fallback
+    warning: under sequence parallelism the merges of [b, s/tp, h] into a
+    product's rows keep the split as a stride of b);
+  - GPT-2 at tp=2:
     the logits stay split by vocabulary (the log-softmax takes the group's
     max and sum: two all-reduces of [b, s, 1], no all-gather of the logits),
     the fused QKV projection's backward stays split by heads; the step's
@@ -126,6 +131,8 @@ ALL = [["--mesh", "dp=2"], ["--mesh", "fsdp=2", "--zero", "1"],
        ["--mesh", "dp=4", "--hybrid-shard-degree", "2"], ["--mesh", "tp=2"],
        ["--mesh", "tp=2", "--sequence-parallel"], ["--mesh", "fsdp=2,tp=2"]]
 SOME = [["--mesh", "dp=2,fsdp=2"], ["--mesh", "tp=2"], ["--mesh", "fsdp=2,tp=2"]]
+# sequence parallelism beside dp (tp=2 alone is in ALL for GPT-2)
+SP = [["--mesh", "tp=2", "--sequence-parallel"], ["--mesh", "dp=2,tp=2", "--sequence-parallel"]]
 # pipelines: the step's 4 examples in microbatches, forward and backward apart
 PP = [["--mesh", "pp=2", "--microbatches", "4", "--schedule", "gpipe"],
       ["--mesh", "pp=2", "--microbatches", "4", "--schedule", "1f1b"],
@@ -147,10 +154,11 @@ SAMPLES = {
              ["--optimizer", "adamw", "--lr", "1e-3", "--clip-grad-norm", "1"],
             ALL + [["--recompute", "selective"], ["--recompute", "full"],
                    ["--mesh", "fsdp=2,tp=2", "--recompute", "full"],
-                   ["--mesh", "pp=4", "--microbatches", "4", "--schedule", "zb-h1"]] + PP),
+                   ["--mesh", "pp=4", "--microbatches", "4", "--schedule", "zb-h1"],
+                   SP[1]] + PP),
     "llama": (lambda r: {"input_ids": r.randint(0, 1000, (8, 16)).astype(np.int64)},
               lambda r: r.randint(0, 1000, (8, 16)),
-              ["--optimizer", "sgd", "--lr", "0.1", "--momentum", "0.9"], SOME + PP),
+              ["--optimizer", "sgd", "--lr", "0.1", "--momentum", "0.9"], SOME + SP + PP),
     "vit": (lambda r: {"pixel_values": r.uniform(-1, 1, (8, 3, 32, 32)).astype(np.float32)},
             lambda r: r.randint(0, 10, (8,)),
             ["--optimizer", "sgd", "--lr", "0.1", "--momentum", "0.9", "--nesterov"], SOME + PP),
@@ -327,9 +335,10 @@ def main():
                 what = " ".join(res["mesh"])
                 if not check(res["p"].returncode == 0, f"{name} {what}: {res['p'].stderr[-800:]}"):
                     continue
-                if name == "gpt2" and res["mesh"] == ["--mesh", "tp=2"]:
+                if name in ("gpt2", "llama") and (res["mesh"] == ["--mesh", "tp=2"] or
+                                                   res["mesh"] in SP):
                     check("fallback" not in res["p"].stderr,
-                          f"gpt2 tp=2: nodes computed whole: {res['p'].stderr[-800:]}")
+                          f"{name} {what}: nodes computed whole: {res['p'].stderr[-800:]}")
                 worst = compare(name, what, ref, res, init, 2e-2 if "adamw" in opts else 2e-4)
                 if res["mesh"][0] == "--recompute":
                     same_bits(name, what, ref, res)

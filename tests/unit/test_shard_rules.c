@@ -248,8 +248,11 @@ static void test_reshape(void **state) {
                       "  %y = Reshape(%x, %s) \"n\"\n";
   expect_rule(DT, merge, "[dp,_,_]", "[dp,_,_] | [_] -> [dp,_]");
   expect_rule(DT, merge, "[dp,_,tp]", "[dp,_,tp] | [_] -> [dp,tp]");
-  /* an inner dim of a merged group cannot carry its split */
-  expect_rule(DT, merge, "[_,dp,_]", "[_,_,_] | [_] -> [_,_]");
+  /* an inner dim of a merged group carries its split as a stride of the
+   * dims before it (each of the 2 blocks split) */
+  expect_rule(DT, merge, "[_,dp,_]", "[_,dp,_] | [_] -> [2*dp,_]");
+  /* two splits in one merged group: the general rule (the first kept) */
+  expect_rule(DT, merge, "[dp,tp,_]", "[dp,_,_] | [_] -> [dp,_]");
   /* the pending sum passes */
   expect_rule(DT, merge,
               "[dp,_,_] partial(tp)", "[dp,_,_] partial(tp) | [_] -> [dp,_] partial(tp)");
@@ -268,8 +271,9 @@ static void test_reshape(void **state) {
   expect_rule("tp=4", "  input %x : f32[8,4]\n  const %s : i64[2] = [2, 16]\n"
                       "  %y = Reshape(%x, %s) \"n\"\n",
               "[tp,_]", "[_,_] | [_] -> [_,_]");
-  /* the context-parallel sequence (the axis cp alone) stays split through
-   * the rows of a product: merged as a stride of the batch, and back */
+  /* the sequence (context parallelism's or sequence parallelism's) stays
+   * split through the rows of a product: merged as a stride of the batch,
+   * and back */
   expect_rule("cp=2,tp=2", merge, "[_,cp,_]", "[_,cp,_] | [_] -> [2*cp,_]");
   expect_rule("cp=2,tp=2", merge, "[_,cp,tp]", "[_,cp,tp] | [_] -> [2*cp,tp]");
   expect_rule("cp=2,tp=2",
@@ -278,16 +282,20 @@ static void test_reshape(void **state) {
               "[2*cp,_]", "[2*cp,_] | [_] -> [_,cp,_]");
   /* with the batch split too, the general rule: the sequence is gathered */
   expect_rule("dp=2,cp=2", merge, "[dp,cp,_]", "[dp,_,_] | [_] -> [dp,_]");
-  /* other axes on the sequence keep the general rule (sequence parallel) */
-  expect_rule("cp=2,tp=2", merge, "[_,tp,_]", "[_,_,_] | [_] -> [_,_]");
+  /* sequence parallelism's tp split alike: the product gathers the rows */
+  expect_rule("cp=2,tp=2", merge, "[_,tp,_]", "[_,tp,_] | [_] -> [2*tp,_]");
+  expect_rule("tp=2",
+              "  input %x : f32[32,64]\n  const %s : i64[3] = [2, 16, 64]\n"
+              "  %y = Reshape(%x, %s) \"n\"\n",
+              "[2*tp,_]", "[2*tp,_] | [_] -> [_,tp,_]");
   /* tp inside cp on the sequence (sequence parallelism beside cp): the
    * merge gathers tp and keeps cp's split as the stride */
   expect_rule("cp=2,tp=2", merge, "[_,(cp,tp),_]", "[_,cp,_] | [_] -> [2*cp,_]");
-  /* a stride of several axes is not split back: the general rule */
+  /* a stride of several axes is split back alike */
   expect_rule("cp=2,tp=2",
               "  input %x : f32[32,64]\n  const %s : i64[3] = [2, 16, 64]\n"
               "  %y = Reshape(%x, %s) \"n\"\n",
-              "[2*(cp,tp),_]", "[_,_] | [_] -> [_,_,_]");
+              "[2*(cp,tp),_]", "[2*(cp,tp),_] | [_] -> [_,(cp,tp),_]");
 }
 
 static void test_transpose_split(void **state) {

@@ -17,11 +17,13 @@ With A = b·s·h bytes of one [b, s, h] activation in the products' dtype (fp32:
                  its two column-parallel inputs' gradients (backward); 2 of F:
                  the embedding's output, the LM head input's gradient; and the
                  tied embedding's gradient, V·h·4, onto the vocabulary rows
-  AllGather      6L of A: each block's two column-parallel inputs (forward,
-                 and again in the backward for the weights' gradients: the
-                 step keeps the 1/tp piece, not the gathered copy), its two
-                 row-parallel outputs' gradients (backward); 1 of F: the LM
-                 head's input
+  AllGather      6L + 2 of A: each block's two column-parallel inputs
+                 (forward, and again in the backward for the weights'
+                 gradients: the step keeps the 1/tp piece, not the gathered
+                 copy), its two row-parallel outputs' gradients (backward);
+                 the LM head's input likewise, forward and backward (its
+                 rows merged from [b, s/tp, h] keep the split, cast to the
+                 products' dtype before they are gathered)
   AllToAll       none
   AllReduce      only vectors and scalars (norm weights' and biases'
                  gradients, the cross-entropy's row maxima and sums, the
@@ -53,7 +55,7 @@ def check(path, precision, b):
     F = b * s * h * 4
     A = b * s * h * {"fp32": 4, "bf16": 2}[precision]
     want = {"ReduceScatter": (4 * L + 3, 4 * L * A + 2 * F + V * h * 4),
-            "AllGather": (6 * L + 1, 6 * L * A + F)}
+            "AllGather": (6 * L + 2, (6 * L + 2) * A)}
     got = {c["op"]: c for c in plan["collectives"] if c["axes"] == "tp"}
     ok = True
     for op, (n, nbytes) in want.items():
