@@ -104,6 +104,7 @@
 #include "codegen/cuda/cuda.h"
 #include "codegen/device_memory.h"
 #include "codegen/program_json.h"
+#include "ir/fileio.h"
 #include "runtime/comm.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/cuda_gemm.h"
@@ -635,19 +636,18 @@ static char *cache_read(const char *path) {
 }
 
 #if SHARDC_HAVE_CUDA
-/* Keeps a CUBIN NVRTC made in the cache (written aside, then renamed: a
- * reader never sees half of one); a folder that cannot take it is left
- * alone, the run goes on. */
+/* Keeps a CUBIN NVRTC made in the cache (ir/fileio.h's commit: written
+ * aside, then renamed, so a reader never sees half of one); a folder that
+ * cannot take it is left alone, the run goes on. */
 static void cache_write(const char *path, const char *image, size_t len) {
-  size_t n = strlen(path) + 32;
-  char *tmp = sc_malloc(n);
-  if (!tmp) return;
-  snprintf(tmp, n, "%s.tmp-%ld", path, (long)getpid());
-  FILE *f = fopen(tmp, "wb");
-  bool ok = f && fwrite(image, 1, len, f) == len;
-  if (f && fclose(f) != 0) ok = false;
-  if (!ok || rename(tmp, path) != 0) remove(tmp);
-  sc_free(tmp);
+  sc_file_commit fc;
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  if (sc_file_commit_begin(&fc, path, &d) != SC_OK) return;
+  if (fwrite(image, 1, len, fc.f) != len)
+    sc_file_commit_abort(&fc);
+  else
+    (void)sc_file_commit_end(&fc, &d);
 }
 #endif
 
