@@ -19,7 +19,10 @@ Figures printed (never fails on a time; `make bench` runs it):
      --cluster cpu:local@PROFILE --json`'s predicted.step_time_s (when the
      JSON has no `predicted` object, the text report's "step time:" line of
      the same command without --json); and the measurement: `shardc train`
-     of the same step (same options, seeded random token ids and labels),
+     of the same step (same options, --cluster included: a pipeline's
+     chunks are cut for the cluster's rates and a plan on a cluster copies
+     its state in, so without it `train` builds another program than the
+     one predicted; seeded random token ids and labels),
      the median of the `time_ms` of its --log-json lines after the warm-up
      steps (the sample: 200 steps after 10; its steps take 1-9 ms, and the
      median of 30 moved by up to 50 % between two runs minutes apart, that
@@ -188,7 +191,7 @@ def predict(a, model, opts, prof):
     return None, m.group(1) if m else "no prediction"
 
 
-def measure(a, model, opts, data, steps, warmup, folder):
+def measure(a, model, opts, data, steps, warmup, folder, prof):
     """(seconds, note): the fastest (--statistic min) or the median over
     --repeats runs of `shardc train` of each run's median step after
     warm-up; the note gives the runs' spread
@@ -196,7 +199,8 @@ def measure(a, model, opts, data, steps, warmup, folder):
     1.45x slower for a whole run, the same program, minutes apart)."""
     log = os.path.join(folder, "log.json")
     cmd = [a.shardc, "train", model, "--data", f"input_ids={data[0]}", "--labels", data[1],
-           "--steps", str(warmup + steps), "--lr", "1e-4", "--log-json", log, "--quiet"] + opts
+           "--steps", str(warmup + steps), "--lr", "1e-4", "--log-json", log, "--quiet"] + opts + \
+        ["--cluster", f"cpu:local@{prof}"]  # the program predict() simulates
     runs = []
     for _ in range(a.repeats):
         if os.path.exists(log):
@@ -289,8 +293,9 @@ def main():
         cases += [("gpt2", m, n, "none", "fp32") for n in (2, 4) for m in meshes(n)]
         for label, mesh, n, rec, prec in cases:
             opts = step_options(8, prec, rec, mesh, "pp=" in mesh)
-            pred, pn = predict(a, model, opts, profiles[threads_for(n)])
-            meas, mn = measure(a, model, opts, data, steps, warmup, d)
+            prof = profiles[threads_for(n)]
+            pred, pn = predict(a, model, opts, prof)
+            meas, mn = measure(a, model, opts, data, steps, warmup, d, prof)
             rows.append((label, mesh, n, pred, meas, "; ".join(x for x in (pn, mn) if x)))
             show(rows[-1])
     if "gpt2-small" in only:
@@ -299,8 +304,9 @@ def main():
         data = write_data(d, 1, a.small_seq, 50257)
         for r, p in SINGLE:
             opts = step_options(1, p, r, "dp=1", False)
-            pred, pn = predict(a, model, opts, profiles[threads_for(1)])
-            meas, mn = measure(a, model, opts, data, steps, warmup, d)
+            prof = profiles[threads_for(1)]
+            pred, pn = predict(a, model, opts, prof)
+            meas, mn = measure(a, model, opts, data, steps, warmup, d, prof)
             rows.append((f"gpt2-small {r}/{p}", "dp=1", 1, pred, meas,
                          "; ".join(x for x in (pn, mn) if x)))
             show(rows[-1])
