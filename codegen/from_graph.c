@@ -47,6 +47,7 @@
 
 #include "codegen/lower_internal.h"
 #include "ir/elementwise.h"
+#include "ir/op_util.h"
 
 typedef struct fg {
   sc_graph *g;
@@ -750,6 +751,62 @@ static void take_activation(fg *f, sc_lower_ctx *cx, const int32_t *mem, int32_t
   p->n_steps--;
 }
 
+/* A group of its own whose one kernel (step ks) is one ReduceSum, over
+ * every axis but the last, of the output gradient dY that is an operand of
+ * the GEMM step right before it, dW = Xᵀ·dY (B, not transposed, read as
+ * [k, n]) or dWᵀ = dYᵀ·X (A, transposed, read as [k, m]): the kernel
+ * becomes that step's epilogue kernel, with sc_gemm.bgrad, and a device
+ * may compute the bias gradient in the product (cuBLASLt's BGRADA or
+ * BGRADB). Only where the step has no epilogue kernel of its own, no
+ * activation, bias, batch, FP8 operands or convolution, alpha 1 and beta
+ * 0, and the sum, dY and C have one dtype. Any other kernel stays a step. */
+static void take_bias_grad(fg *f, sc_lower_ctx *cx, const int32_t *mem, int32_t nm,
+                           int32_t ks) {
+  sc_program *p = f->p;
+  sc_graph *g = f->g;
+  if (ks < 1 || nm != 1 || p->steps[ks].kind != SC_STEP_KERNEL) return;
+  sc_step *gs = &p->steps[ks - 1];
+  sc_gemm *gm = &gs->gemm;
+  if (gs->kind != SC_STEP_GEMM || gs->kernel >= 0 || gm->conv.on || gm->fp8 ||
+      gm->act != SC_GEMM_ACT_NONE || gm->bias >= 0 || gm->batch != 1 || gm->alpha != 1.0f ||
+      gm->beta != 0.0f)
+    return;
+  const sc_node *n = &g->nodes[mem[0]];
+  if (n->op != SC_OP_REDUCE_SUM || n->n_inputs < 1 || n->n_outputs != 1 || n->inputs[0] < 0 ||
+      n->outputs[0] < 0)
+    return;
+  int32_t v = n->inputs[0], o = n->outputs[0];
+  const sc_value *dy = &g->values[v];
+  bool mask[SC_MAX_RANK] = {false}, noop = false, keep = false;
+  if (dy->rank < 2 || sc_reduce_axes(g, n, mask, &noop, &keep) != SC_OK || noop ||
+      mask[dy->rank - 1])
+    return;
+  for (int32_t i = 0; i + 1 < dy->rank; i++)
+    if (!mask[i]) return;
+  int32_t vb = cx->value_buffer[v], ob = cx->value_buffer[o];
+  const kir_kernel *kk = p->kernels[p->steps[ks].kernel];
+  if (vb < 0 || ob < 0 || kk->n_params != 2) return;
+  for (int32_t i = 0; i < kk->n_params; i++)
+    if (kk->params[i].buffer != (kk->params[i].written ? ob : vb)) return;
+  sc_dtype t = p->buffers[gm->c].dtype;
+  if (p->buffers[vb].dtype != t || p->buffers[ob].dtype != t || g->values[o].dtype != t) return;
+  /* which operand dY is, read as [k, len] row-major */
+  sc_gemm_bgrad side = SC_GEMM_BGRAD_NONE;
+  int64_t len = dy->dims[dy->rank - 1];
+  if (!gm->trans_b && gm->ldb == gm->n && len == gm->n && sc_program_same_address(p, vb, gm->b))
+    side = SC_GEMM_BGRAD_B;
+  else if (gm->trans_a && gm->lda == gm->m && len == gm->m &&
+           sc_program_same_address(p, vb, gm->a))
+    side = SC_GEMM_BGRAD_A;
+  if (side == SC_GEMM_BGRAD_NONE || sc_value_numel(dy) != gm->k * len ||
+      sc_value_numel(&g->values[o]) != len)
+    return;
+  gs->kernel = p->steps[ks].kernel;
+  gm->bgrad = side;
+  gm->bgrad_out = ob;
+  p->n_steps--;
+}
+
 static sc_status lower_group(fg *f, sc_lower_ctx *cx, int32_t k) {
   sc_graph *g = f->g;
   sc_lower_group grp;
@@ -773,6 +830,8 @@ static sc_status lower_group(fg *f, sc_lower_ctx *cx, int32_t k) {
     st = lower_points(f, cx, mem, n_mem, &nk);
     if (st == SC_OK && nk == 1 && f->p->n_steps == first_step + 1)
       take_activation(f, cx, mem, n_mem, first_step);
+    if (st == SC_OK && nk == 1 && f->p->n_steps == first_step + 1)
+      take_bias_grad(f, cx, mem, n_mem, first_step);
   } else if (sc_lower_kind_of(g, &g->nodes[a]) == SC_LOWER_STEP) {
     const sc_node *an = &g->nodes[a];
     int32_t gemm_step = f->p->n_steps;
@@ -810,10 +869,13 @@ static sc_status lower_group(fg *f, sc_lower_ctx *cx, int32_t k) {
     if (!down) return nomem(f);
     st = setup_epilogue(f, cx, k, a, &grp, down);
     sc_free(down);
+    int32_t first_step = f->p->n_steps;
     if (st == SC_OK) st = sc_lowering_of(an->op)->build(cx, an);
     if (st == SC_OK && grp.anchor >= 0 && grp.n_stored > 0 && grp.n_epilogue_stores == 0)
       st = node_err(f, an, SC_ERR_INVALID,
                     "the lowering never stored the output its fused epilogue reads");
+    if (st == SC_OK && f->p->n_steps == first_step + 1)
+      take_bias_grad(f, cx, mem, n_mem, first_step);
   }
   if (st != SC_OK && f->diag->status == SC_OK)
     st = node_err(f, &g->nodes[mem[n_mem - 1]], st, "lowering failed");

@@ -102,7 +102,7 @@ static bool gelu_aux(sc_dtype t, int n, const char *lt) {
   assert_string_equal(sc_gpu_gemm_engine(e), lt ? "cublaslt" : "host");
   int32_t id = -1;
   bool fused = false;
-  assert_int_equal(sc_gpu_gemm_add(e, &g, t, da, db, dbias, n, dc, dy, 0, &id, &fused, &d), SC_OK);
+  assert_int_equal(sc_gpu_gemm_add(e, &g, t, da, db, dbias, n, dc, dy, 0, 0, &id, &fused, &d), SC_OK);
   assert_int_equal(sc_gpu_gemm_enqueue(e, id, s, &d), SC_OK);
   assert_int_equal(cu->memcpy_dtoh(c, dc, es * M * n, s), SC_CUDA_SUCCESS);
   assert_int_equal(cu->memcpy_dtoh(y, dy, es * M * n, s), SC_CUDA_SUCCESS);
@@ -166,7 +166,7 @@ static void dgelu(sc_dtype t, const char *lt) {
   assert_int_equal(sc_gpu_gemm_create(cu, &e, &d), SC_OK);
   int32_t id = -1;
   bool fused = false;
-  assert_int_equal(sc_gpu_gemm_add(e, &g, t, da, db, 0, 0, dc, dy, dx, &id, &fused, &d), SC_OK);
+  assert_int_equal(sc_gpu_gemm_add(e, &g, t, da, db, 0, 0, dc, dy, dx, 0, &id, &fused, &d), SC_OK);
   assert_true(fused);
   assert_int_equal(sc_gpu_gemm_enqueue(e, id, s, &d), SC_OK);
   assert_int_equal(cu->memcpy_dtoh(y, dy, es * M * N, s), SC_CUDA_SUCCESS);
