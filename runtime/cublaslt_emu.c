@@ -377,30 +377,6 @@ static void epilogue(const struct cublasLtMatmulDescOpaque *d, const sc_gemm *g,
       }
 }
 
-/* BGRADA / BGRADB of the call x (one batch entry, row-major g = Dᵀ):
- * BGRADA sums cuBLAS's op(A), g's op(B) [k, n], over k into n values;
- * BGRADB cuBLAS's op(B), g's op(A) [m, k], into m; in f32, in order of k,
- * from the operands as stored (bf16 decoded exactly), a bf16 result
- * rounded once. */
-static void bias_grad(const struct cublasLtMatmulDescOpaque *d, const emu_call *x) {
-  const sc_gemm *g = &x->g;
-  bool a_side = d->epilogue == SC_CUBLASLT_EPILOGUE_BGRADA; /* g's B */
-  const struct cublasLtMatrixLayoutOpaque *l = a_side ? &x->la : &x->lb;
-  const void *src = a_side ? x->a : x->b;
-  bool tr = a_side ? g->trans_b : g->trans_a;
-  int64_t ld = a_side ? g->ldb : g->lda, len = a_side ? g->n : g->m;
-  bool bf16 = l->type == SC_CUDA_R_16BF;
-  for (int64_t j = 0; j < len; j++) {
-    float sum = 0.0f;
-    for (int64_t kk = 0; kk < g->k; kk++) { /* g's op(B)[kk, j] or op(A)[j, kk] */
-      int64_t at = a_side ? (tr ? j * ld + kk : kk * ld + j) : (tr ? kk * ld + j : j * ld + kk);
-      sum += bf16 ? sc_bf16_to_f32(((const uint16_t *)src)[at]) : ((const float *)src)[at];
-    }
-    if (x->ld.type == SC_CUDA_R_16BF) ((uint16_t *)(uintptr_t)d->bias)[j] = sc_f32_to_bf16(sum);
-    else ((float *)(uintptr_t)d->bias)[j] = sum;
-  }
-}
-
 static void emu_run(void *ud) {
   struct cublasLtMatmulDescOpaque *d = ud;
   emu_call *x = &d->call;
@@ -425,7 +401,11 @@ static void emu_run(void *ud) {
   sc_host_gemm_f32(&g, A, B, NULL, 0, D, NULL, NULL, NULL, NULL);
   if (after) sc_host_gemm_scale(&g, D, scale);
   epilogue(d, &g, x->ld.type, D);
-  if (is_bgrad(epilogue_kind(d->epilogue))) bias_grad(d, x);
+  if (is_bgrad(epilogue_kind(d->epilogue))) /* cuBLAS's A is g's B */
+    sc_host_gemm_bgrad(&g, d->epilogue == SC_CUBLASLT_EPILOGUE_BGRADA ? SC_GEMM_BGRAD_B
+                                                                      : SC_GEMM_BGRAD_A,
+                       d->epilogue == SC_CUBLASLT_EPILOGUE_BGRADA ? x->a : x->b,
+                       x->ld.type == SC_CUDA_R_16BF, (void *)(uintptr_t)d->bias);
   if (f32) return;
   uint16_t *o = x->d; /* only D's m x n elements of each batch entry */
   for (int64_t b = 0; b < g.batch; b++)

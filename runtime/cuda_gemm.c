@@ -446,26 +446,6 @@ static const float *to_tf32(const gemm_entry *x, int k) {
   return out;
 }
 
-/* The bias gradient of entry x (sc_gemm.bgrad) as the emulated cuBLASLt's
- * BGRADA/BGRADB computes it: the operand as stored (not rounded to TF32),
- * summed over k in f32 in order of k, a bf16 result rounded once. */
-static void host_bgrad(const gemm_entry *x) {
-  const sc_gemm *g = x->g;
-  bool on_b = g->bgrad == SC_GEMM_BGRAD_B, bf16 = x->t == SC_DTYPE_BF16;
-  const void *src = (const void *)(uintptr_t)(on_b ? x->b : x->a);
-  bool tr = on_b ? g->trans_b : g->trans_a;
-  int64_t ld = on_b ? g->ldb : g->lda, len = on_b ? g->n : g->m;
-  for (int64_t j = 0; j < len; j++) {
-    float sum = 0.0f;
-    for (int64_t k = 0; k < g->k; k++) {
-      int64_t at = on_b ? (tr ? j * ld + k : k * ld + j) : (tr ? k * ld + j : j * ld + k);
-      sum += bf16 ? sc_bf16_to_f32(((const uint16_t *)src)[at]) : ((const float *)src)[at];
-    }
-    if (bf16) ((uint16_t *)(uintptr_t)x->bgrad)[j] = sc_f32_to_bf16(sum);
-    else ((float *)(uintptr_t)x->bgrad)[j] = sum;
-  }
-}
-
 static void host_gemm(void *ud) {
   const gemm_entry *x = ud;
   const sc_gemm *g = x->g;
@@ -482,7 +462,9 @@ static void host_gemm(void *ud) {
   if (x->scale_a) /* f32: the factor rounded once, multiplied into the sum once */
     sc_host_gemm_scale(g, (float *)(uintptr_t)p,
                        *(const float *)(uintptr_t)x->scale_a * *(const float *)(uintptr_t)x->scale_b);
-  if (x->bgrad) host_bgrad(x);
+  if (x->bgrad) /* as the emulated cuBLASLt's BGRADA/BGRADB */
+    sc_host_gemm_bgrad(g, g->bgrad, (const void *)(uintptr_t)(g->bgrad == SC_GEMM_BGRAD_B ? x->b : x->a),
+                       x->t == SC_DTYPE_BF16, (void *)(uintptr_t)x->bgrad);
   if (!x->fused || x->bgrad) return;
   /* the activation over D's m x n elements of each batch entry, from the
    * product into D (in bf16 on the rounded product, as the epilogue kernel
