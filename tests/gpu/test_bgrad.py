@@ -37,7 +37,6 @@ import json
 import math
 import os
 import re
-import subprocess
 import sys
 import tempfile
 
@@ -48,23 +47,13 @@ from onnx import helper as h
 from onnx import numpy_helper
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "models"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from checks import check, finish, has_cuda_target, skip_all  # noqa: E402
 
-SHARDC = os.environ.get("SHARDC", "shardc")
-REAL = os.environ.get("SC_CUDA_REAL") == "1"
-ENGINES = [{}] if REAL else [{}, {"SHARDC_CUDA_GEMM": "cublaslt"}]
+from test_gemm_act import ENGINES, SHARDC, cuda_env, sh  # noqa: E402
+
 K, N, S = 32, 64, 4
 TOL = 2e-5
-
-
-def sh(args, env=None):
-    e = dict(os.environ)
-    e.update(env or {})
-    return subprocess.run([SHARDC] + args, capture_output=True, text=True, timeout=600, env=e)
-
-
-def cuda_env():
-    return {"SHARDC_CUDA_EMU": "0" if REAL else "1", "SHARDC_CUDA_VERBOSE": "1"}
 
 
 def bgrad_count(stderr):

@@ -78,6 +78,16 @@ static CUdeviceptr upload(const void *host, size_t bytes, CUstream s) {
   return d;
 }
 
+/* The GEMM engine `lt` ("cublaslt", or NULL: host) on the emulated GPU. */
+static sc_gpu_gemm *engine(const char *lt) {
+  if (lt) assert_int_equal(setenv("SHARDC_CUDA_GEMM", lt, 1), 0);
+  else assert_int_equal(unsetenv("SHARDC_CUDA_GEMM"), 0);
+  sc_diag d = {0};
+  sc_gpu_gemm *e = NULL;
+  assert_int_equal(sc_gpu_gemm_create(cu, &e, &d), SC_OK);
+  return e;
+}
+
 /* C = A [M, K] · B [K, n] + bias [n] with act_aux, through engine `lt`
  * ("cublaslt" or NULL: host), in dtype t; checks C and act_out as the
  * module comment says; returns whether the entry was fused. */
@@ -103,11 +113,8 @@ static bool gelu_aux(sc_dtype t, int n, const char *lt) {
   sc_gemm g = {.a = 0, .b = 1, .c = 2, .bias = 3, .act_out = 4, .act = SC_GEMM_ACT_GELU_TANH,
                .act_aux = true, .batch = 1, .m = M, .n = n, .k = K, .lda = K, .ldb = n,
                .ldc = n, .alpha = 1.0f};
-  if (lt) assert_int_equal(setenv("SHARDC_CUDA_GEMM", lt, 1), 0);
-  else assert_int_equal(unsetenv("SHARDC_CUDA_GEMM"), 0);
   sc_diag d = {0};
-  sc_gpu_gemm *e = NULL;
-  assert_int_equal(sc_gpu_gemm_create(cu, &e, &d), SC_OK);
+  sc_gpu_gemm *e = engine(lt);
   assert_string_equal(sc_gpu_gemm_engine(e), lt ? "cublaslt" : "host");
   int32_t id = -1;
   bool fused = false;
@@ -168,11 +175,8 @@ static void dgelu(sc_dtype t, const char *lt) {
   sc_gemm g = {.a = 0, .b = 1, .c = 2, .bias = -1, .act_out = 4, .act_in = 3,
                .act = SC_GEMM_ACT_DGELU_TANH, .batch = 1, .m = M, .n = N, .k = K, .lda = K,
                .ldb = N, .ldc = N, .alpha = 1.0f};
-  if (lt) assert_int_equal(setenv("SHARDC_CUDA_GEMM", lt, 1), 0);
-  else assert_int_equal(unsetenv("SHARDC_CUDA_GEMM"), 0);
   sc_diag d = {0};
-  sc_gpu_gemm *e = NULL;
-  assert_int_equal(sc_gpu_gemm_create(cu, &e, &d), SC_OK);
+  sc_gpu_gemm *e = engine(lt);
   int32_t id = -1;
   bool fused = false;
   assert_int_equal(sc_gpu_gemm_add(e, &g, t, da, db, 0, 0, dc, dy, dx, 0, &id, &fused, &d), SC_OK);
@@ -230,11 +234,8 @@ static void bgrad(sc_dtype t, sc_gemm_bgrad side, const char *lt) {
   sc_gemm g = {.a = 0, .b = 1, .c = 2, .bias = -1, .act_out = -1, .act_in = -1,
                .bgrad = side, .bgrad_out = 3, .trans_a = on_a, .batch = 1, .m = M, .n = N,
                .k = K, .lda = on_a ? M : K, .ldb = N, .ldc = N, .alpha = 1.0f};
-  if (lt) assert_int_equal(setenv("SHARDC_CUDA_GEMM", lt, 1), 0);
-  else assert_int_equal(unsetenv("SHARDC_CUDA_GEMM"), 0);
   sc_diag d = {0};
-  sc_gpu_gemm *e = NULL;
-  assert_int_equal(sc_gpu_gemm_create(cu, &e, &d), SC_OK);
+  sc_gpu_gemm *e = engine(lt);
   int32_t id = -1;
   bool fused = false;
   assert_int_equal(sc_gpu_gemm_add(e, &g, t, da, db, 0, 0, dc, 0, 0, dg, &id, &fused, &d), SC_OK);
