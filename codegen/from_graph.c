@@ -47,6 +47,7 @@
 
 #include "codegen/lower_internal.h"
 #include "ir/elementwise.h"
+#include "ir/op_util.h"
 
 typedef struct fg {
   sc_graph *g;
@@ -242,6 +243,109 @@ static sc_status assign_buffers(fg *f, sc_lower_ctx *cx) {
 }
 
 /* ---- group order ---- */
+
+/* Whether node n is a ReduceSum over every axis of its input but the last
+ * (a bias gradient's, sc_gemm.bgrad): *v its input, *o its output. */
+static bool bias_grad_sum(sc_graph *g, const sc_node *n, int32_t *v, int32_t *o) {
+  if (n->op != SC_OP_REDUCE_SUM || n->n_inputs < 1 || n->n_outputs != 1 || n->inputs[0] < 0 ||
+      n->outputs[0] < 0)
+    return false;
+  const sc_value *x = &g->values[n->inputs[0]];
+  bool mask[SC_MAX_RANK] = {false}, noop = false, keep = false;
+  if (x->rank < 2 || sc_reduce_axes(g, n, mask, &noop, &keep) != SC_OK || noop ||
+      mask[x->rank - 1])
+    return false;
+  for (int32_t i = 0; i + 1 < x->rank; i++)
+    if (!mask[i]) return false;
+  *v = n->inputs[0];
+  *o = n->outputs[0];
+  return true;
+}
+
+/* The group in order (pos) after t, the latest so far or -1, anchored by a
+ * MatMul or Gemm that reads value v, or a view of it (through up to depth
+ * view ops: a Reshape of dY to the product's rows), other than group k. */
+static int32_t last_product_reader(fg *f, const int32_t *pos, int32_t k, int32_t v, int32_t t,
+                                   int depth) {
+  sc_graph *g = f->g;
+  for (int32_t u = f->uoff[v]; u < f->uoff[v + 1]; u++) {
+    int32_t un = f->users[u], h = f->node_group[un];
+    const sc_node *n = &g->nodes[un];
+    if (h < 0 || h == k || !node_live(n)) continue;
+    if (f->anchor[h] == un && (n->op == SC_OP_MATMUL || n->op == SC_OP_GEMM) &&
+        (t < 0 || pos[h] > pos[t]))
+      t = h;
+    else if (depth > 0 && sc_lower_kind_of(g, n) == SC_LOWER_VIEW && n->n_outputs == 1 &&
+             n->outputs[0] >= 0)
+      t = last_product_reader(f, pos, k, n->outputs[0], t, depth - 1);
+  }
+  return t;
+}
+
+/* Whether group h is a view op alone whose output is a view buffer (the
+ * lowering runs nothing for it). */
+static bool view_group(fg *f, const sc_lower_ctx *cx, int32_t h) {
+  const sc_node *n = &f->g->nodes[f->gmem[f->goff[h]]];
+  if (group_size(f, h) != 1 || sc_lower_kind_of(f->g, n) != SC_LOWER_VIEW || n->n_outputs != 1 ||
+      n->outputs[0] < 0)
+    return false;
+  int32_t b = cx->value_buffer[n->outputs[0]];
+  return b < 0 || f->p->buffers[b].kind == SC_BUF_VIEW;
+}
+
+/* Marks in mv the view groups (view_group) at or before position last
+ * that read value o, through views (depth), and returns false if any
+ * other group there does. */
+static bool readers_after(fg *f, const sc_lower_ctx *cx, const int32_t *pos, int32_t last,
+                          int32_t o, bool *mv, int depth) {
+  for (int32_t u = f->uoff[o]; u < f->uoff[o + 1]; u++) {
+    int32_t un = f->users[u], h = f->node_group[un];
+    if (h < 0 || !node_live(&f->g->nodes[un]) || pos[h] > last) continue;
+    if (depth <= 0 || !view_group(f, cx, h) ||
+        !readers_after(f, cx, pos, last, f->g->nodes[un].outputs[0], mv, depth - 1))
+      return false;
+    mv[h] = true;
+  }
+  return true;
+}
+
+/* Moves each group that is one bias-gradient ReduceSum of a value dY
+ * (bias_grad_sum) to right after the last group in order anchored by a
+ * MatMul or Gemm that reads dY or a view of it (the weight gradient's
+ * product, dW = Xᵀ·dY), with the views of the sum that come before it,
+ * when no other group between them reads the sum: the lowering may then
+ * make it that GEMM step's epilogue kernel (take_bias_grad). The order
+ * stays topological (the sum's inputs come earlier still, its readers
+ * later). */
+static void bias_grad_order(fg *f, const sc_lower_ctx *cx, int32_t *order) {
+  sc_graph *g = f->g;
+  int32_t G = f->n_groups;
+  int32_t *pos = sc_calloc((size_t)G + 1, sizeof *pos), *seg = sc_calloc((size_t)G + 1, sizeof *seg);
+  bool *mv = sc_calloc((size_t)G + 1, sizeof *mv);
+  if (!pos || !seg || !mv) goto done; /* an optimisation only: the order stays as it is */
+  for (int32_t i = 0; i < G; i++) pos[order[i]] = i;
+  for (int32_t k = 0; k < G; k++) {
+    int32_t v, o, t;
+    if (group_size(f, k) != 1 || !bias_grad_sum(g, &g->nodes[f->gmem[f->goff[k]]], &v, &o))
+      continue;
+    t = last_product_reader(f, pos, k, v, -1, 4);
+    if (t < 0 || pos[t] < pos[k]) continue;
+    int32_t from = pos[k], to = pos[t], n = 0;
+    memset(mv, 0, (size_t)G * sizeof *mv);
+    if (!readers_after(f, cx, pos, to, o, mv, 4)) continue;
+    mv[k] = true;
+    for (int32_t i = from; i <= to; i++) /* the others, then the sum and its views */
+      if (!mv[order[i]]) seg[n++] = order[i];
+    for (int32_t i = from; i <= to; i++)
+      if (mv[order[i]]) seg[n++] = order[i];
+    memcpy(order + from, seg, (size_t)n * sizeof *order);
+    for (int32_t i = from; i <= to; i++) pos[order[i]] = i;
+  }
+done:
+  sc_free(pos);
+  sc_free(seg);
+  sc_free(mv);
+}
 
 static sc_status group_order(fg *f, int32_t *order) {
   sc_graph *g = f->g;
@@ -750,6 +854,53 @@ static void take_activation(fg *f, sc_lower_ctx *cx, const int32_t *mem, int32_t
   p->n_steps--;
 }
 
+/* A group of its own whose one kernel (step ks) is one ReduceSum, over
+ * every axis but the last, of the output gradient dY that is an operand of
+ * the GEMM step right before it, dW = Xᵀ·dY (B, not transposed, read as
+ * [k, n]) or dWᵀ = dYᵀ·X (A, transposed, read as [k, m]): the kernel
+ * becomes that step's epilogue kernel, with sc_gemm.bgrad, and a device
+ * may compute the bias gradient in the product (cuBLASLt's BGRADA or
+ * BGRADB). Only where the step has no epilogue kernel of its own, no
+ * activation, bias, batch, FP8 operands or convolution, alpha 1 and beta
+ * 0, and the sum, dY and C have one dtype. Any other kernel stays a step. */
+static void take_bias_grad(fg *f, sc_lower_ctx *cx, const int32_t *mem, int32_t nm,
+                           int32_t ks) {
+  sc_program *p = f->p;
+  sc_graph *g = f->g;
+  if (ks < 1 || nm != 1 || p->steps[ks].kind != SC_STEP_KERNEL) return;
+  sc_step *gs = &p->steps[ks - 1];
+  sc_gemm *gm = &gs->gemm;
+  if (gs->kind != SC_STEP_GEMM || gs->kernel >= 0 || gm->conv.on || gm->fp8 ||
+      gm->act != SC_GEMM_ACT_NONE || gm->bias >= 0 || gm->batch != 1 || gm->alpha != 1.0f ||
+      gm->beta != 0.0f)
+    return;
+  int32_t v, o;
+  if (!bias_grad_sum(g, &g->nodes[mem[0]], &v, &o)) return;
+  const sc_value *dy = &g->values[v];
+  int32_t vb = cx->value_buffer[v], ob = cx->value_buffer[o];
+  const kir_kernel *kk = p->kernels[p->steps[ks].kernel];
+  if (vb < 0 || ob < 0 || kk->n_params != 2) return;
+  for (int32_t i = 0; i < kk->n_params; i++)
+    if (kk->params[i].buffer != (kk->params[i].written ? ob : vb)) return;
+  sc_dtype t = p->buffers[gm->c].dtype;
+  if (p->buffers[vb].dtype != t || p->buffers[ob].dtype != t || g->values[o].dtype != t) return;
+  /* which operand dY is, read as [k, len] row-major */
+  sc_gemm_bgrad side = SC_GEMM_BGRAD_NONE;
+  int64_t len = dy->dims[dy->rank - 1];
+  if (!gm->trans_b && gm->ldb == gm->n && len == gm->n && sc_program_same_address(p, vb, gm->b))
+    side = SC_GEMM_BGRAD_B;
+  else if (gm->trans_a && gm->lda == gm->m && len == gm->m &&
+           sc_program_same_address(p, vb, gm->a))
+    side = SC_GEMM_BGRAD_A;
+  if (side == SC_GEMM_BGRAD_NONE || sc_value_numel(dy) != gm->k * len ||
+      sc_value_numel(&g->values[o]) != len)
+    return;
+  gs->kernel = p->steps[ks].kernel;
+  gm->bgrad = side;
+  gm->bgrad_out = ob;
+  p->n_steps--;
+}
+
 static sc_status lower_group(fg *f, sc_lower_ctx *cx, int32_t k) {
   sc_graph *g = f->g;
   sc_lower_group grp;
@@ -773,6 +924,8 @@ static sc_status lower_group(fg *f, sc_lower_ctx *cx, int32_t k) {
     st = lower_points(f, cx, mem, n_mem, &nk);
     if (st == SC_OK && nk == 1 && f->p->n_steps == first_step + 1)
       take_activation(f, cx, mem, n_mem, first_step);
+    if (st == SC_OK && nk == 1 && f->p->n_steps == first_step + 1)
+      take_bias_grad(f, cx, mem, n_mem, first_step);
   } else if (sc_lower_kind_of(g, &g->nodes[a]) == SC_LOWER_STEP) {
     const sc_node *an = &g->nodes[a];
     int32_t gemm_step = f->p->n_steps;
@@ -810,10 +963,13 @@ static sc_status lower_group(fg *f, sc_lower_ctx *cx, int32_t k) {
     if (!down) return nomem(f);
     st = setup_epilogue(f, cx, k, a, &grp, down);
     sc_free(down);
+    int32_t first_step = f->p->n_steps;
     if (st == SC_OK) st = sc_lowering_of(an->op)->build(cx, an);
     if (st == SC_OK && grp.anchor >= 0 && grp.n_stored > 0 && grp.n_epilogue_stores == 0)
       st = node_err(f, an, SC_ERR_INVALID,
                     "the lowering never stored the output its fused epilogue reads");
+    if (st == SC_OK && f->p->n_steps == first_step + 1)
+      take_bias_grad(f, cx, mem, n_mem, first_step);
   }
   if (st != SC_OK && f->diag->status == SC_OK)
     st = node_err(f, &g->nodes[mem[n_mem - 1]], st, "lowering failed");
@@ -969,6 +1125,7 @@ sc_status sc_program_from_graph(sc_graph *g, sc_program **out, sc_diag *diag) {
     goto done;
   }
   if ((st = group_order(&f, order)) != SC_OK) goto done;
+  bias_grad_order(&f, &cx, order);
   for (int32_t i = 0; i < f.n_groups && st == SC_OK; i++) {
     int32_t k = order[i];
     const sc_node *first = &g->nodes[f.gmem[f.goff[k]]];

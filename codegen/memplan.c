@@ -77,7 +77,8 @@ static void touch(void *ud, int32_t buffer, bool written) {
  * activation in the product, sc_gemm.act, checks that act_out is C's
  * storage or apart from the operands; a tanh GELU whose product is read
  * later too, sc_gemm.act_aux, has act_out touched at 2s as well, so that
- * cuBLASLt's GELU_AUX may write it beside C). INPUTs are live from 0, OUTPUTs to
+ * cuBLASLt's GELU_AUX may write it beside C; a bias gradient, sc_gemm.bgrad,
+ * likewise has bgrad_out touched at 2s, for BGRADA/BGRADB). INPUTs are live from 0, OUTPUTs to
  * SC_TIME_END, after every step. */
 #define SC_TIME(s) (2 * (s) + 1)
 #define SC_TIME_END(p) (2 * (p)->n_steps)
@@ -138,6 +139,7 @@ static sc_status compute_life(const sc_program *p, life *l, sc_diag *diag) {
       sc_step_buffers(p, &gemm_part, touch, &t);
       const sc_gemm *g = &st->gemm; /* GELU_AUX writes act_out beside C, in the product */
       if (g->act_aux && g->act == SC_GEMM_ACT_GELU_TANH) touch(&t, g->act_out, true);
+      if (g->bgrad != SC_GEMM_BGRAD_NONE) touch(&t, g->bgrad_out, true); /* BGRADA/B */
       t.step = SC_TIME(s);
       const kir_kernel *k = p->kernels[st->kernel];
       for (int32_t i = 0; i < k->n_params; i++)

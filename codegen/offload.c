@@ -105,6 +105,7 @@ static void remap_step(sc_program *p, sc_step *s, const remap *map) {
     remap_id(&g->c, map);
     remap_id(&g->bias, map);
     remap_id(&g->act_out, map);
+    remap_id(&g->bgrad_out, map);
     if (g->fp8) {
       remap_id(&g->a8, map);
       remap_id(&g->b8, map);

@@ -114,6 +114,7 @@ int32_t sc_program_add_step(sc_program *p, const sc_step *s) {
   if (ns.kind == SC_STEP_GEMM && ns.gemm.act == SC_GEMM_ACT_NONE)
     ns.gemm.act_out = -1, ns.gemm.act_aux = false;
   if (ns.kind == SC_STEP_GEMM && ns.gemm.act != SC_GEMM_ACT_DGELU_TANH) ns.gemm.act_in = -1;
+  if (ns.kind == SC_STEP_GEMM && ns.gemm.bgrad == SC_GEMM_BGRAD_NONE) ns.gemm.bgrad_out = -1;
   if (ns.kind == SC_STEP_GEMM && !ns.gemm.fp8) {
     ns.gemm.a8 = ns.gemm.b8 = -1;
     ns.gemm.a8_tn = ns.gemm.b8_tn = false;
@@ -629,6 +630,9 @@ void sc_program_print(const sc_program *p, FILE *out) {
         fprintf(out, " act %s->b%d%s", sc_gemm_act_name(g->act), (int)g->act_out,
                 g->act_aux ? " aux" : "");
       if (g->act == SC_GEMM_ACT_DGELU_TANH) fprintf(out, " in=b%d", (int)g->act_in);
+      if (g->bgrad != SC_GEMM_BGRAD_NONE)
+        fprintf(out, " bgrad %s->b%d", g->bgrad == SC_GEMM_BGRAD_A ? "a" : "b",
+                (int)g->bgrad_out);
     } else if (s->kind == SC_STEP_CHECK) {
       fprintf(out, "check b%d in [-%lld, %lld)", (int)s->check.buffer, (long long)s->check.dim,
               (long long)s->check.dim);

@@ -90,6 +90,15 @@ typedef enum sc_gemm_act {
 /* "none", "relu", "gelu_tanh", "dgelu_tanh" */
 const char *sc_gemm_act_name(sc_gemm_act a);
 
+/* A bias gradient a GEMM's epilogue kernel computes (sc_gemm.bgrad): the
+ * sums over k of one operand. */
+typedef enum sc_gemm_bgrad {
+  SC_GEMM_BGRAD_NONE,
+  SC_GEMM_BGRAD_A, /* bgrad_out[i] = Σ_k op(A)[i, k], m values */
+  SC_GEMM_BGRAD_B, /* bgrad_out[j] = Σ_k op(B)[k, j], n values */
+  SC_GEMM_BGRAD_COUNT
+} sc_gemm_bgrad;
+
 /* C[b] = alpha * op(A[b]) @ op(B[b]) + beta * C[b], row-major, batched with
  * element strides between batches (0 = broadcast the same matrix). */
 typedef struct sc_gemm {
@@ -123,6 +132,17 @@ typedef struct sc_gemm {
   int32_t act_out;            /* that buffer (meaningful with act only) */
   bool act_aux;
   int32_t act_in;             /* DGELU_TANH's second input, else -1 */
+  /* When bgrad is not NONE (set by sc_program_from_graph: a training
+   * step's bias gradient, the ReduceSum of the output gradient dY that is
+   * one operand of the weight gradient's product, dW = Xᵀ·dY), the step's
+   * epilogue kernel computes exactly that sum of the operand, read as
+   * stored, into bgrad_out (of C's dtype), and nothing else (act is NONE,
+   * batch 1): a device may compute it in the product instead (cuBLASLt's
+   * BGRADA epilogue for our B, BGRADB for our A: cuBLAS's A is our B) and
+   * skip the kernel. The memory plan keeps bgrad_out apart from the
+   * product's operands and C (it is written during the product). */
+  sc_gemm_bgrad bgrad;
+  int32_t bgrad_out;          /* that buffer (meaningful with bgrad only) */
   /* When fp8 is set, A and B are f32 widenings of FP8 values (an FP8
    * training step's quantized operands: passes/fp8.c) that are also held
    * in buffers a8 and b8 (f8e4m3fn or f8e5m2, A's and B's layout): a

@@ -237,6 +237,10 @@ static json_t *write_step(const sc_step *s) {
       if (g->act == SC_GEMM_ACT_DGELU_TANH)
         json_object_set_new(go, "act_in", json_integer(g->act_in));
     }
+    if (g->bgrad != SC_GEMM_BGRAD_NONE) {
+      json_object_set_new(go, "bgrad", json_string(g->bgrad == SC_GEMM_BGRAD_A ? "a" : "b"));
+      json_object_set_new(go, "bgrad_out", json_integer(g->bgrad_out));
+    }
     if (g->conv.on) {
       const sc_conv_geom *v = &g->conv;
       json_t *co = json_object();
@@ -1347,6 +1351,26 @@ static sc_status read_step(reader *r, json_t *o, int32_t sid, sc_step *s) {
          (st = check_matrix(r, "act_in", m->act_in, t, m->batch, m->m, m->n, m->ldc,
                             m->stride_c))))
       return st;
+  }
+  m->bgrad = SC_GEMM_BGRAD_NONE;
+  m->bgrad_out = -1;
+  if (json_object_get(g, "bgrad")) { /* the epilogue kernel sums one operand over k */
+    static const char *const sides[SC_GEMM_BGRAD_COUNT] = {"none", "a", "b"};
+    int b;
+    if ((st = get_enum(r, g, "bgrad", sides, SC_GEMM_BGRAD_COUNT, &b)) ||
+        (st = get_range(r, g, "bgrad_out", true, 0, 0, hi, &m->bgrad_out)))
+      return st;
+    m->bgrad = (sc_gemm_bgrad)b;
+    const sc_buffer *bb = &p->buffers[m->bgrad_out];
+    int64_t need = m->bgrad == SC_GEMM_BGRAD_A ? m->m : m->n, bytes;
+    if (m->bgrad != SC_GEMM_BGRAD_NONE &&
+        (s->kernel < 0 || m->act != SC_GEMM_ACT_NONE || m->batch != 1 || m->fp8 ||
+         bb->kind == SC_BUF_CONST || bb->kind == SC_BUF_INPUT || bb->dtype != t ||
+         !sc_mul_i64(need, (int64_t)sc_dtype_size(t), &bytes) || bb->bytes < bytes))
+      return fail(r, SC_ERR_INVALID, "GEMM bias gradient without an epilogue kernel, with an "
+                  "activation, batched or FP8, or into %s buffer %d that is not %lld elements "
+                  "of %s", BUF_KINDS[bb->kind], m->bgrad_out, (long long)need,
+                  sc_dtype_name(t));
   }
   json_t *co = json_object_get(g, "conv");
   return co ? read_conv(r, co, m) : SC_OK;

@@ -1044,6 +1044,22 @@ void sc_host_gemm_scale(const sc_gemm *g, float *C, float f) {
     }
 }
 
+void sc_host_gemm_bgrad(const sc_gemm *g, sc_gemm_bgrad side, const void *x, bool bf16,
+                        void *out) {
+  bool on_b = side == SC_GEMM_BGRAD_B;
+  bool tr = on_b ? g->trans_b : g->trans_a;
+  int64_t ld = on_b ? g->ldb : g->lda, len = on_b ? g->n : g->m;
+  for (int64_t j = 0; j < len; j++) {
+    float sum = 0.0f;
+    for (int64_t k = 0; k < g->k; k++) { /* op(B)[k, j] or op(A)[j, k] */
+      int64_t at = on_b ? (tr ? j * ld + k : k * ld + j) : (tr ? k * ld + j : j * ld + k);
+      sum += bf16 ? sc_bf16_to_f32(((const uint16_t *)x)[at]) : ((const float *)x)[at];
+    }
+    if (bf16) ((uint16_t *)out)[j] = sc_f32_to_bf16(sum);
+    else ((float *)out)[j] = sum;
+  }
+}
+
 bool sc_host_gemm_f32(const sc_gemm *g, const float *A, const float *B, const float *bias,
                       int64_t bias_numel, float *C, sc_thread_pool *tp, float *scratch,
                       const sc_gemm_packed_b *packed, sc_gemm_failure *failure) {

@@ -58,6 +58,8 @@ enum {
   SC_CUBLASLT_EPILOGUE_GELU = 32,
   SC_CUBLASLT_EPILOGUE_AUX = 128, /* with GELU: GELU_AUX, the input kept (ld a multiple of 8) */
   SC_CUBLASLT_EPILOGUE_DGELU = 64 | 128, /* D = product · gelu'(aux) */
+  SC_CUBLASLT_EPILOGUE_BGRADA = 256, /* BIAS_POINTER = Σ over k of op(A): D's rows (our n) */
+  SC_CUBLASLT_EPILOGUE_BGRADB = 512, /* BIAS_POINTER = Σ over k of op(B): D's columns (our m) */
   SC_CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT = 5,
   SC_CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET = 6,
   SC_CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1,
@@ -100,13 +102,15 @@ typedef struct sc_lt_api {
  * implements what the runtime uses — f32 and bf16 (f32 compute), FP8
  * operands (E4M3, E5M2; not both E5M2) with the A/B scale pointers, f32 or
  * bf16 D, the BIAS, RELU, GELU and GELU_AUX epilogues (and their BIAS
- * forms) and DGELU on f32 and bf16 products — and refuses, as the library does
+ * forms), DGELU, BGRADA and BGRADB on f32 and bf16 products — and refuses,
+ * as the library does
  * (CUBLAS_STATUS_NOT_SUPPORTED from the heuristic and the matmul), an FP8
  * matmul that is not "TN" (A transposed, B not), whose A/B/D leading dims
  * or k are not multiples of 16, or that asks for an epilogue, C or D
  * scales or amax; GELU_AUX or DGELU without an aux pointer, or with an aux
  * leading dim (or batch stride) that is not a multiple of 8 or is below
- * D's rows;
+ * D's rows; BGRADA or BGRADB without a bias pointer (INVALID_VALUE) or
+ * batched (NOT_SUPPORTED: not assumed of the library);
  * any other epilogue. Decoding is exact
  * and the products are f32's (sc_host_gemm_f32 on the decoded operands), so
  * the result equals the f32 product of the FP8 values. sc_lt_emu_bind gives

@@ -15,8 +15,10 @@
  * is not "TN" (TRANSA = T, TRANSB = N), whose A, B or D leading dim or k
  * is not a multiple of 16, or whose D is not f32 or bf16; D, C scale or amax
  * pointers; an epilogue on FP8 operands; an epilogue other than BIAS,
- * RELU, GELU, GELU_AUX and their BIAS forms, and DGELU; BIAS without a
- * bias pointer; GELU_AUX or DGELU without an aux pointer, or with an aux leading dim below D's
+ * RELU, GELU, GELU_AUX and their BIAS forms, DGELU, BGRADA and BGRADB;
+ * BIAS, BGRADA or BGRADB without a bias pointer (INVALID_VALUE); BGRADA or
+ * BGRADB on a batched product (the library's batched bias gradient is not
+ * assumed); GELU_AUX or DGELU without an aux pointer, or with an aux leading dim below D's
  * rows or not a multiple of 8, or (batched) an aux batch stride that is
  * not a multiple of 8. Shapes that do not agree with the layouts are
  * CUBLAS_STATUS_INVALID_VALUE.
@@ -27,7 +29,10 @@
  * col · ld), D = act(v) with act ReLU or the tanh GELU, 0.5 v (1 +
  * tanh(0.7978845608 (v + 0.044715 v³))); DGELU: D = v · gelu'(aux) (aux
  * the GELU's input, read); a bf16 D and aux are rounded once, from those
- * f32 values.
+ * f32 values. BGRADA (BGRADB): the bias pointer, of D's type, receives
+ * the sums over k of op(A) (op(B)) as stored (f32 values not rounded to
+ * TF32), one per row (column) of D, summed in f32 in order of k and a bf16
+ * one rounded once; D is the plain product.
  *
  * Exact where the GPU is exact: FP8 and bf16 operands are decoded to f32
  * (exact), the products and sums are f32's (sc_host_gemm_f32, the CPU
@@ -213,12 +218,18 @@ static sc_lt_status emu_pref_set(sc_lt_pref p, int attr, const void *buf, size_t
  * library does not compute. */
 static int epilogue_kind(uint32_t e) {
   if (e == 0 || e == SC_CUBLASLT_EPILOGUE_DEFAULT) return 0;
-  if (e == SC_CUBLASLT_EPILOGUE_DGELU) return (int)e; /* no BIAS form (DGELU_BGRAD: not emulated) */
+  if (e == SC_CUBLASLT_EPILOGUE_DGELU || e == SC_CUBLASLT_EPILOGUE_BGRADA ||
+      e == SC_CUBLASLT_EPILOGUE_BGRADB)
+    return (int)e; /* no BIAS forms (DGELU_BGRAD: not emulated) */
   e &= ~(uint32_t)SC_CUBLASLT_EPILOGUE_BIAS;
   if (e == 0 || e == SC_CUBLASLT_EPILOGUE_RELU || e == SC_CUBLASLT_EPILOGUE_GELU ||
       e == (SC_CUBLASLT_EPILOGUE_GELU | SC_CUBLASLT_EPILOGUE_AUX))
     return (int)e;
   return -1;
+}
+
+static bool is_bgrad(int k) {
+  return k == SC_CUBLASLT_EPILOGUE_BGRADA || k == SC_CUBLASLT_EPILOGUE_BGRADB;
 }
 
 /* Whether the library takes d's epilogue for D's layout dd. */
@@ -229,6 +240,8 @@ static sc_lt_status check_epilogue(const struct cublasLtMatmulDescOpaque *d,
   if (d->epilogue != SC_CUBLASLT_EPILOGUE_DEFAULT && (d->epilogue & SC_CUBLASLT_EPILOGUE_BIAS) &&
       !d->bias)
     return SC_CUBLAS_STATUS_INVALID_VALUE;
+  if (is_bgrad(k) && !d->bias) return SC_CUBLAS_STATUS_INVALID_VALUE;
+  if (is_bgrad(k) && dd->batch > 1) return SC_CUBLAS_STATUS_NOT_SUPPORTED;
   if (k & SC_CUBLASLT_EPILOGUE_AUX) {
     if (!d->aux || d->aux_ld < dd->rows || d->aux_ld % 8 ||
         (dd->batch > 1 && d->aux_stride % 8))
@@ -341,7 +354,7 @@ static void epilogue(const struct cublasLtMatmulDescOpaque *d, const sc_gemm *g,
   int k = epilogue_kind(d->epilogue);
   bool bias = k >= 0 && d->epilogue != SC_CUBLASLT_EPILOGUE_DEFAULT &&
               (d->epilogue & SC_CUBLASLT_EPILOGUE_BIAS);
-  if (k <= 0 && !bias) return;
+  if ((k <= 0 || is_bgrad(k)) && !bias) return;
   bool bf16 = type == SC_CUDA_R_16BF;
   for (int64_t b = 0; b < g->batch; b++)
     for (int64_t i = 0; i < g->m; i++)
@@ -388,6 +401,11 @@ static void emu_run(void *ud) {
   sc_host_gemm_f32(&g, A, B, NULL, 0, D, NULL, NULL, NULL, NULL);
   if (after) sc_host_gemm_scale(&g, D, scale);
   epilogue(d, &g, x->ld.type, D);
+  if (is_bgrad(epilogue_kind(d->epilogue))) /* cuBLAS's A is g's B */
+    sc_host_gemm_bgrad(&g, d->epilogue == SC_CUBLASLT_EPILOGUE_BGRADA ? SC_GEMM_BGRAD_B
+                                                                      : SC_GEMM_BGRAD_A,
+                       d->epilogue == SC_CUBLASLT_EPILOGUE_BGRADA ? x->a : x->b,
+                       x->ld.type == SC_CUDA_R_16BF, (void *)(uintptr_t)d->bias);
   if (f32) return;
   uint16_t *o = x->d; /* only D's m x n elements of each batch entry */
   for (int64_t b = 0; b < g.batch; b++)
@@ -425,6 +443,9 @@ static sc_lt_status emu_matmul(sc_lt_handle h, sc_lt_desc d, const void *alpha, 
     int k = epilogue_kind(d->epilogue);
     if (d->epilogue != SC_CUBLASLT_EPILOGUE_DEFAULT && (d->epilogue & SC_CUBLASLT_EPILOGUE_BIAS))
       h->cu->host_access(d->bias, (size_t)x.g.n * type_size(dl->type), 0);
+    if (is_bgrad(k)) /* written: one value per row (BGRADA) or column (BGRADB) of D */
+      h->cu->host_access(d->bias, (size_t)(k == SC_CUBLASLT_EPILOGUE_BGRADA ? x.g.n : x.g.m) *
+                                      type_size(dl->type), 1);
     if (k > 0 && (k & SC_CUBLASLT_EPILOGUE_AUX)) /* DGELU reads it, GELU_AUX writes it */
       h->cu->host_access(d->aux, (size_t)((x.g.batch - 1) * d->aux_stride +
                                           (x.g.m - 1) * d->aux_ld + x.g.n) *

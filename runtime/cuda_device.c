@@ -198,6 +198,7 @@ struct cuda_ctx {
   bool *gemm_fused;    /* [n_steps] it applies its activation: no epilogue kernel */
   int32_t n_fused;     /* how many do */
   int32_t n_fused_aux; /* of them, writing C too (sc_gemm.act_aux: GELU_AUX) */
+  int32_t n_bgrad;     /* GEMMs computing their bias gradient (sc_gemm.bgrad: BGRADA/B) */
   int32_t n_fp8, n_fp8_asked; /* GEMMs with FP8 operands (sc_gemm.fp8): as FP8 matmuls, all */
   const char *fp8_why; /* why the first one that is not was not (static text) */
   conv_job *convs;     /* [n_steps] */
@@ -753,6 +754,17 @@ static bool act_in_product(const sc_program *p, const sc_gemm *g) {
          sc_program_disjoint(p, g->act_out, g->c);
 }
 
+/* Whether GEMM g may compute its bias gradient in the product (sc_gemm.bgrad):
+ * bgrad_out is then written while the operands are read and C written, so
+ * it must be apart from them (the memory plan keeps it so). */
+static bool bgrad_in_product(const sc_program *p, const sc_gemm *g) {
+  if (g->bgrad == SC_GEMM_BGRAD_NONE || g->act != SC_GEMM_ACT_NONE || g->bgrad_out < 0 ||
+      g->bgrad_out >= p->n_buffers)
+    return false;
+  return sc_program_disjoint(p, g->bgrad_out, g->a) && sc_program_disjoint(p, g->bgrad_out, g->b) &&
+         sc_program_disjoint(p, g->bgrad_out, g->c);
+}
+
 /* The convolutions that run as the codegen's implicit-GEMM kernels (see the
  * top of the file). */
 static sc_status prepare_convs(cuda_ctx *c, sc_diag *diag) {
@@ -1043,7 +1055,7 @@ static void report(cuda_ctx *c) {
             c->source_sha, c->cache);
   fprintf(stderr,
           "shardc: cuda: rank %d on %s (%s), kernels %s, GEMM engine %s (%d activations "
-          "in the product, %d keeping the pre-activation, workspace %s, %d f32 products with TF32 operands), %d of %d FP8 "
+          "in the product, %d keeping the pre-activation, %d bias gradients in the product, workspace %s, %d f32 products with TF32 operands), %d of %d FP8 "
           "products as cuBLASLt FP8 matmuls%s%s%s, "
           "%d convolutions as implicit GEMMs, %d fused "
           "attention steps (%d forwards on tensor cores); arena %lld bytes "
@@ -1051,6 +1063,7 @@ static void report(cuda_ctx *c) {
           "bytes\n",
           c->o.rank, name, c->arch, c->image_kind[0] ? c->image_kind : "none",
           c->gemm ? sc_gpu_gemm_engine(c->gemm) : "none", (int)c->n_fused, (int)c->n_fused_aux,
+          (int)c->n_bgrad,
           !c->gemm || !strcmp(sc_gpu_gemm_engine(c->gemm), "host") ? "none"
           : sc_gpu_gemm_own_workspace(c->gemm) ? "allocated" : "in the arena",
           c->gemm ? (int)sc_gpu_gemm_n_tf32(c->gemm) : 0,
@@ -1122,7 +1135,7 @@ static sc_status cuda_bind(void *ctx, void *arena, sc_diag *diag) {
   if (c->gemm && sc_cuda_workspace_in_arena(p))
     sc_gpu_gemm_set_workspace(c->gemm, base + (CUdeviceptr)p->workspace_offset,
                               (size_t)p->workspace_bytes);
-  c->n_fused = c->n_fused_aux = 0;
+  c->n_fused = c->n_fused_aux = c->n_bgrad = 0;
   c->n_fp8 = c->n_fp8_asked = 0;
   c->fp8_why = NULL;
   for (int32_t i = 0; i < p->n_steps; i++) {
@@ -1160,14 +1173,16 @@ static sc_status cuda_bind(void *ctx, void *arena, sc_diag *diag) {
                            c->ptrs[g->c], act_in_product(p, g) ? c->ptrs[g->act_out] : 0,
                            act_in_product(p, g) && g->act == SC_GEMM_ACT_DGELU_TANH
                                ? c->ptrs[g->act_in] : 0,
+                           bgrad_in_product(p, g) ? c->ptrs[g->bgrad_out] : 0,
                            &c->gemm_id[i], &c->gemm_fused[i], diag);
         if (st == SC_OK && g->scaled) /* the f32 product of the widened values, then the scales */
           st = sc_gpu_gemm_set_scales(c->gemm, c->gemm_id[i], c->ptrs[g->a8_scale],
                                       c->ptrs[g->b8_scale], diag);
       }
       if (st != SC_OK) return st;
-      c->n_fused += c->gemm_fused[i];
+      c->n_fused += c->gemm_fused[i] && g->act != SC_GEMM_ACT_NONE;
       c->n_fused_aux += c->gemm_fused[i] && g->act_aux;
+      c->n_bgrad += c->gemm_fused[i] && g->bgrad != SC_GEMM_BGRAD_NONE;
     }
     if (s->kind == SC_STEP_CHECK || s->kind == SC_STEP_SCATTER_ADD) {
       check_job *j = &c->checks[i];

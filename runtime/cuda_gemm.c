@@ -28,7 +28,8 @@ typedef struct gemm_entry {
   CUdeviceptr d;  /* where the product goes: c, or act_out when fused */
   CUdeviceptr aux; /* fused with sc_gemm.act_aux: C, written too (GELU_AUX), else 0 */
   CUdeviceptr act_in; /* fused DGELU_TANH: the GELU's input (DGELU's aux input), else 0 */
-  bool fused;     /* g->act applied in the product (cuda_gemm.h) */
+  CUdeviceptr bgrad; /* fused sc_gemm.bgrad: where the bias gradient goes (BGRADA/B), else 0 */
+  bool fused;     /* g->act or g->bgrad applied in the product (cuda_gemm.h) */
   bool fp8;       /* an FP8 matmul (sc_gpu_gemm_add_fp8): a, b are the FP8 copies */
   bool tf32;      /* f32 operands taken as TF32 (sc_gpu_gemm_allow_tf32) */
   sc_gpu_fp8 f8;
@@ -201,7 +202,9 @@ static sc_status plan_cublaslt(sc_gpu_gemm *e, gemm_entry *x, sc_diag *diag) {
   LT(e->lt.desc_set(x->desc, SC_CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), "TRANSA");
   LT(e->lt.desc_set(x->desc, SC_CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "TRANSB");
   uint32_t epi = x->bias && !full_bias ? SC_CUBLASLT_EPILOGUE_BIAS : 0;
-  if (x->fused)
+  if (x->bgrad) /* cuBLAS's A is our B: BGRADA sums our op(B), BGRADB our op(A) */
+    epi = g->bgrad == SC_GEMM_BGRAD_B ? SC_CUBLASLT_EPILOGUE_BGRADA : SC_CUBLASLT_EPILOGUE_BGRADB;
+  else if (x->fused)
     epi |= g->act == SC_GEMM_ACT_RELU        ? SC_CUBLASLT_EPILOGUE_RELU
            : g->act == SC_GEMM_ACT_DGELU_TANH ? SC_CUBLASLT_EPILOGUE_DGELU
                                               : SC_CUBLASLT_EPILOGUE_GELU;
@@ -226,8 +229,8 @@ static sc_status plan_cublaslt(sc_gpu_gemm *e, gemm_entry *x, sc_diag *diag) {
   }
   if (epi)
     LT(e->lt.desc_set(x->desc, SC_CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi), "EPILOGUE");
-  if (x->bias && !full_bias) {
-    void *bp = (void *)(uintptr_t)x->bias;
+  if (x->bgrad || (x->bias && !full_bias)) { /* the bias gradient's output, or the bias */
+    void *bp = (void *)(uintptr_t)(x->bgrad ? x->bgrad : x->bias);
     LT(e->lt.desc_set(x->desc, SC_CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof bp), "BIAS");
   }
   /* column-major: our B [k,n] (or [n,k] transposed) is cuBLAS's A; bf16
@@ -353,8 +356,8 @@ static bool grow_scratch(float **p, int64_t *numel, int64_t need) {
 
 sc_status sc_gpu_gemm_add(sc_gpu_gemm *e, const sc_gemm *g, sc_dtype t, CUdeviceptr a,
                           CUdeviceptr b, CUdeviceptr bias, int64_t bias_numel, CUdeviceptr c,
-                          CUdeviceptr act_out, CUdeviceptr act_in, int32_t *id, bool *fused,
-                          sc_diag *diag) {
+                          CUdeviceptr act_out, CUdeviceptr act_in, CUdeviceptr bgrad,
+                          int32_t *id, bool *fused, sc_diag *diag) {
   if (t != SC_DTYPE_F32 && t != SC_DTYPE_BF16)
     return sc_diag_set(diag, SC_ERR_UNSUPPORTED, NULL, NULL,
                        "cuda device: a GEMM on %s (f32 and bf16 only)", sc_dtype_name(t));
@@ -379,10 +382,15 @@ sc_status sc_gpu_gemm_add(sc_gpu_gemm *e, const sc_gemm *g, sc_dtype t, CUdevice
               g->beta == 0.0f && !(bias && g->bias_full) &&
               (!g->act_aux || g->act == SC_GEMM_ACT_GELU_TANH) &&
               (g->act != SC_GEMM_ACT_DGELU_TANH || (act_in && !bias && !g->act_aux));
+  /* the bias gradient of one operand (sc_gemm.bgrad): BGRADA or BGRADB */
+  bool fuse_bgrad = g->bgrad > SC_GEMM_BGRAD_NONE && g->bgrad < SC_GEMM_BGRAD_COUNT && bgrad &&
+                    g->act == SC_GEMM_ACT_NONE && !bias && g->batch == 1;
   *x = (gemm_entry){.e = e, .g = g, .t = t, .a = a, .b = b, .bias = bias, .c = c,
                     .d = fuse ? act_out : c, .aux = fuse && g->act_aux ? c : 0,
-                    .act_in = fuse && g->act == SC_GEMM_ACT_DGELU_TANH ? act_in : 0, .fused = fuse,
+                    .act_in = fuse && g->act == SC_GEMM_ACT_DGELU_TANH ? act_in : 0,
+                    .bgrad = fuse_bgrad ? bgrad : 0, .fused = fuse || fuse_bgrad,
                     .tf32 = tf32, .bias_numel = bias_numel};
+  fuse = x->fused;
   *id = e->n - 1;
   *fused = fuse;
   if (e->host) return SC_OK;
@@ -392,7 +400,7 @@ sc_status sc_gpu_gemm_add(sc_gpu_gemm *e, const sc_gemm *g, sc_dtype t, CUdevice
     unplan(e, x);
     x->fused = *fused = false;
     x->d = c;
-    x->aux = x->act_in = 0;
+    x->aux = x->act_in = x->bgrad = 0;
     sc_diag_clear(diag);
     st = plan_cublaslt(e, x, diag);
   }
@@ -454,7 +462,10 @@ static void host_gemm(void *ud) {
   if (x->scale_a) /* f32: the factor rounded once, multiplied into the sum once */
     sc_host_gemm_scale(g, (float *)(uintptr_t)p,
                        *(const float *)(uintptr_t)x->scale_a * *(const float *)(uintptr_t)x->scale_b);
-  if (!x->fused) return;
+  if (x->bgrad) /* as the emulated cuBLASLt's BGRADA/BGRADB */
+    sc_host_gemm_bgrad(g, g->bgrad, (const void *)(uintptr_t)(g->bgrad == SC_GEMM_BGRAD_B ? x->b : x->a),
+                       x->t == SC_DTYPE_BF16, (void *)(uintptr_t)x->bgrad);
+  if (!x->fused || x->bgrad) return;
   /* the activation over D's m x n elements of each batch entry, from the
    * product into D (in bf16 on the rounded product, as the epilogue kernel
    * reads C: cuBLASLt rounds once, after the activation) */
@@ -499,6 +510,9 @@ sc_status sc_gpu_gemm_enqueue(sc_gpu_gemm *e, int32_t id, CUstream s, sc_diag *d
       if (x->aux) e->cu->host_access((const void *)(uintptr_t)x->aux, (size_t)span[2] * es, 1);
       if (x->act_in)
         e->cu->host_access((const void *)(uintptr_t)x->act_in, (size_t)span[2] * es, 0);
+      if (x->bgrad)
+        e->cu->host_access((const void *)(uintptr_t)x->bgrad,
+                           (size_t)(g->bgrad == SC_GEMM_BGRAD_B ? g->n : g->m) * es, 1);
     }
     return sc_cu_check(e->cu, e->cu->launch_host_func(s, host_gemm, x), "cuLaunchHostFunc",
                        "the host GEMM", diag);

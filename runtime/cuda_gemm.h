@@ -20,13 +20,17 @@
  *             later too (sc_gemm.act_aux) the GELU_AUX epilogue, which
  *             also writes the GELU's input, C, as its aux output; a GELU's
  *             derivative times the product (DGELU_TANH) the DGELU
- *             epilogue, reading act_in as its aux input.
+ *             epilogue, reading act_in as its aux input. A bias
+ *             gradient the epilogue kernel computes (sc_gemm.bgrad: the
+ *             sums over k of our B, or of our A) is the BGRADA (BGRADB)
+ *             epilogue, written to the bias pointer.
  *   host      on the emulated GPU: sc_host_gemm_f32 (oneDNN, the CPU
  *             device's tiles; sc_host_gemm_bf16 for bf16, with a scratch
  *             the engine keeps for its largest GEMM) run as a host function
  *             on the stream, on the device memory that is host memory
  *             there; a fused activation is applied after it, in f32
- *             (from C into act_out when C is kept).
+ *             (from C into act_out when C is kept); a fused bias
+ *             gradient is summed from the operand after it, in f32.
  *
  * A GEMM whose operands are FP8 values (sc_gpu_gemm_add_fp8) is one
  * cuBLASLt FP8 matmul on either: on the emulated GPU the emulated
@@ -68,7 +72,7 @@ const char *sc_gpu_gemm_engine(const sc_gpu_gemm *e);
 /* g must outlive the engine. t: its operands' dtype, f32 or bf16 (A, B,
  * C and the bias alike). bias may be 0 (none); bias_numel its length.
  * act_out: g->act_out's address, or 0; act_in: g->act_in's (DGELU_TANH),
- * or 0. *fused: whether the product
+ * or 0; bgrad: g->bgrad_out's, or 0. *fused: whether the product
  * applies g->act itself (program.h: sc_gemm.act), writing act_out and not
  * C (and C as well with g->act_aux), so that the caller must skip the
  * step's epilogue kernel: when g->act is set (tanh GELU only with
@@ -76,11 +80,13 @@ const char *sc_gpu_gemm_engine(const sc_gpu_gemm *e);
  * is the C operand, and on a GPU when cuBLASLt has an algorithm with the
  * RELU, GELU, GELU_AUX or DGELU epilogue (GELU_AUX and DGELU: C's leading
  * dim and batch stride multiples of 8; else the plain product, and the
- * kernel runs). */
+ * kernel runs); or whether it computes g->bgrad into bgrad (no activation,
+ * no bias, batch 1; on a GPU when cuBLASLt has an algorithm with BGRADA or
+ * BGRADB; else the plain product, and the kernel runs). */
 sc_status sc_gpu_gemm_add(sc_gpu_gemm *e, const sc_gemm *g, sc_dtype t, CUdeviceptr a,
                           CUdeviceptr b, CUdeviceptr bias, int64_t bias_numel, CUdeviceptr c,
-                          CUdeviceptr act_out, CUdeviceptr act_in, int32_t *id, bool *fused,
-                          sc_diag *diag);
+                          CUdeviceptr act_out, CUdeviceptr act_in, CUdeviceptr bgrad,
+                          int32_t *id, bool *fused, sc_diag *diag);
 /* FP8 operands of a GEMM: the FP8 copies (E4M3 or E5M2) of the values g's
  * f32 operands hold widened, in g's layout, and per-tensor scales that
  * multiply them (f32 device scalars; 0: none). */

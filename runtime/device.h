@@ -223,6 +223,13 @@ bool sc_host_gemm_f32(const sc_gemm *g, const float *A, const float *B, const fl
  * an FP8 product's dequantisation factor (sc_gemm.scaled), multiplied into
  * the finished sum once, as cuBLASLt's scale pointers are. */
 void sc_host_gemm_scale(const sc_gemm *g, float *C, float f);
+/* The bias gradient of g's first batch entry as cuBLASLt's BGRADA/BGRADB
+ * computes it (sc_gemm.bgrad: side B, n sums over k of op(B), or side A, m
+ * of op(A)) from that operand x as stored (bf16 where bf16, decoded
+ * exactly; f32 not rounded to TF32), summed in f32 in order of k, into out
+ * (bf16 where bf16, rounded once). */
+void sc_host_gemm_bgrad(const sc_gemm *g, sc_gemm_bgrad side, const void *x, bool bf16,
+                        void *out);
 /* The same product for a GEMM whose operands are bfloat16 (A, B, C and the
  * bias: the buffers' dtype), as cuBLASLt computes it with f32 compute:
  * the operands widened to f32 (a product of two bf16 values is exact in

@@ -264,7 +264,7 @@ static void test_scaled_f32_product(void **state) {
   assert_int_equal(sc_gpu_gemm_create(cu, &e, &dg), SC_OK);
   int32_t id = -1;
   bool fused = true;
-  assert_int_equal(sc_gpu_gemm_add(e, &g, SC_DTYPE_F32, da, db, 0, 0, dc, 0, 0, &id, &fused, &dg),
+  assert_int_equal(sc_gpu_gemm_add(e, &g, SC_DTYPE_F32, da, db, 0, 0, dc, 0, 0, 0, &id, &fused, &dg),
                    SC_OK);
   assert_true(id >= 0 && !fused);
   assert_int_equal(sc_gpu_gemm_set_scales(e, id, ds, 0, &dg), SC_ERR_UNSUPPORTED);

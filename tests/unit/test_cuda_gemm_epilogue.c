@@ -20,7 +20,16 @@
  *     with its aux input accepted;
  *   - DGELU (sc_gemm act DGELU_TANH, act_in X): act_out = (A·B) ·
  *     gelu'(X) on both engines, f32 and bf16, against the double
- *     reference within the same bounds (of Σ|a·b| · max|gelu'|). */
+ *     reference within the same bounds (of Σ|a·b| · max|gelu'|);
+ *   - the bias gradient in the product (sc_gemm.bgrad: cuBLASLt's BGRADA
+ *     for our B [k, n], BGRADB for our transposed A, stored [k, m]) of a
+ *     weight gradient's shape, seeded random operands, C and the gradient
+ *     filled with NaN first, on both engines, f32 and bf16: fused; C within
+ *     the bounds above; each sum bit for bit the f32 sum of the stored
+ *     values in order of k (a bf16 one that sum rounded once), and within
+ *     1e-6 (f32) or 2^-8 (bf16) of Σ|x| of the double-precision sum; the
+ *     emulated library refuses BGRADA/BGRADB without a bias pointer
+ *     (CUBLAS_STATUS_INVALID_VALUE) and batched (NOT_SUPPORTED). */
 #include "test_util.h"
 
 #include <math.h>
@@ -69,6 +78,16 @@ static CUdeviceptr upload(const void *host, size_t bytes, CUstream s) {
   return d;
 }
 
+/* The GEMM engine `lt` ("cublaslt", or NULL: host) on the emulated GPU. */
+static sc_gpu_gemm *engine(const char *lt) {
+  if (lt) assert_int_equal(setenv("SHARDC_CUDA_GEMM", lt, 1), 0);
+  else assert_int_equal(unsetenv("SHARDC_CUDA_GEMM"), 0);
+  sc_diag d = {0};
+  sc_gpu_gemm *e = NULL;
+  assert_int_equal(sc_gpu_gemm_create(cu, &e, &d), SC_OK);
+  return e;
+}
+
 /* C = A [M, K] · B [K, n] + bias [n] with act_aux, through engine `lt`
  * ("cublaslt" or NULL: host), in dtype t; checks C and act_out as the
  * module comment says; returns whether the entry was fused. */
@@ -94,15 +113,12 @@ static bool gelu_aux(sc_dtype t, int n, const char *lt) {
   sc_gemm g = {.a = 0, .b = 1, .c = 2, .bias = 3, .act_out = 4, .act = SC_GEMM_ACT_GELU_TANH,
                .act_aux = true, .batch = 1, .m = M, .n = n, .k = K, .lda = K, .ldb = n,
                .ldc = n, .alpha = 1.0f};
-  if (lt) assert_int_equal(setenv("SHARDC_CUDA_GEMM", lt, 1), 0);
-  else assert_int_equal(unsetenv("SHARDC_CUDA_GEMM"), 0);
   sc_diag d = {0};
-  sc_gpu_gemm *e = NULL;
-  assert_int_equal(sc_gpu_gemm_create(cu, &e, &d), SC_OK);
+  sc_gpu_gemm *e = engine(lt);
   assert_string_equal(sc_gpu_gemm_engine(e), lt ? "cublaslt" : "host");
   int32_t id = -1;
   bool fused = false;
-  assert_int_equal(sc_gpu_gemm_add(e, &g, t, da, db, dbias, n, dc, dy, 0, &id, &fused, &d), SC_OK);
+  assert_int_equal(sc_gpu_gemm_add(e, &g, t, da, db, dbias, n, dc, dy, 0, 0, &id, &fused, &d), SC_OK);
   assert_int_equal(sc_gpu_gemm_enqueue(e, id, s, &d), SC_OK);
   assert_int_equal(cu->memcpy_dtoh(c, dc, es * M * n, s), SC_CUDA_SUCCESS);
   assert_int_equal(cu->memcpy_dtoh(y, dy, es * M * n, s), SC_CUDA_SUCCESS);
@@ -159,14 +175,11 @@ static void dgelu(sc_dtype t, const char *lt) {
   sc_gemm g = {.a = 0, .b = 1, .c = 2, .bias = -1, .act_out = 4, .act_in = 3,
                .act = SC_GEMM_ACT_DGELU_TANH, .batch = 1, .m = M, .n = N, .k = K, .lda = K,
                .ldb = N, .ldc = N, .alpha = 1.0f};
-  if (lt) assert_int_equal(setenv("SHARDC_CUDA_GEMM", lt, 1), 0);
-  else assert_int_equal(unsetenv("SHARDC_CUDA_GEMM"), 0);
   sc_diag d = {0};
-  sc_gpu_gemm *e = NULL;
-  assert_int_equal(sc_gpu_gemm_create(cu, &e, &d), SC_OK);
+  sc_gpu_gemm *e = engine(lt);
   int32_t id = -1;
   bool fused = false;
-  assert_int_equal(sc_gpu_gemm_add(e, &g, t, da, db, 0, 0, dc, dy, dx, &id, &fused, &d), SC_OK);
+  assert_int_equal(sc_gpu_gemm_add(e, &g, t, da, db, 0, 0, dc, dy, dx, 0, &id, &fused, &d), SC_OK);
   assert_true(fused);
   assert_int_equal(sc_gpu_gemm_enqueue(e, id, s, &d), SC_OK);
   assert_int_equal(cu->memcpy_dtoh(y, dy, es * M * N, s), SC_CUDA_SUCCESS);
@@ -194,6 +207,85 @@ static void dgelu(sc_dtype t, const char *lt) {
   assert_int_equal(cu->stream_destroy(s), SC_CUDA_SUCCESS);
   cu->mem_free(da), cu->mem_free(db), cu->mem_free(dx), cu->mem_free(dc), cu->mem_free(dy);
   free(a), free(b), free(x), free(y);
+}
+
+/* C [M, 64] = op(A) · B [K, 64] with the bias gradient of B (side B: A
+ * [M, K]) or of A (side A: A stored [K, M], transposed) through engine lt
+ * (NULL: host) in dtype t, as the module comment says. */
+static void bgrad(sc_dtype t, sc_gemm_bgrad side, const char *lt) {
+  enum { N = 64 };
+  unsigned seed = 13u + (t == SC_DTYPE_BF16) + 2u * side;
+  size_t es = sc_dtype_size(t);
+  bool on_a = side == SC_GEMM_BGRAD_A;
+  int len = on_a ? M : N;
+  float fa[M * K], fb[K * N], nan_fill[M * N];
+  void *a = malloc(es * M * K), *b = malloc(es * K * N), *c = malloc(es * M * N),
+       *bg = malloc(es * N);
+  assert_true(a && b && c && bg);
+  for (int i = 0; i < M * K; i++) fa[i] = uniform(&seed);
+  for (int i = 0; i < K * N; i++) fb[i] = uniform(&seed) / 4;
+  for (int i = 0; i < M * N; i++) nan_fill[i] = NAN;
+  store(t, a, fa, M * K), store(t, b, fb, K * N), store(t, c, nan_fill, M * N);
+  store(t, bg, nan_fill, N);
+  CUstream s;
+  assert_int_equal(cu->stream_create(&s, SC_CU_STREAM_NON_BLOCKING), SC_CUDA_SUCCESS);
+  CUdeviceptr da = upload(a, es * M * K, s), db = upload(b, es * K * N, s),
+              dc = upload(c, es * M * N, s), dg = upload(bg, es * N, s);
+  sc_gemm g = {.a = 0, .b = 1, .c = 2, .bias = -1, .act_out = -1, .act_in = -1,
+               .bgrad = side, .bgrad_out = 3, .trans_a = on_a, .batch = 1, .m = M, .n = N,
+               .k = K, .lda = on_a ? M : K, .ldb = N, .ldc = N, .alpha = 1.0f};
+  sc_diag d = {0};
+  sc_gpu_gemm *e = engine(lt);
+  int32_t id = -1;
+  bool fused = false;
+  assert_int_equal(sc_gpu_gemm_add(e, &g, t, da, db, 0, 0, dc, 0, 0, dg, &id, &fused, &d), SC_OK);
+  assert_true(fused);
+  assert_int_equal(sc_gpu_gemm_enqueue(e, id, s, &d), SC_OK);
+  assert_int_equal(cu->memcpy_dtoh(c, dc, es * M * N, s), SC_CUDA_SUCCESS);
+  assert_int_equal(cu->memcpy_dtoh(bg, dg, es * N, s), SC_CUDA_SUCCESS);
+  assert_int_equal(cu->stream_synchronize(s), SC_CUDA_SUCCESS);
+  double tol = t == SC_DTYPE_BF16 ? 1.0 / 128 : 1e-5, worst_c = 0, worst_g = 0;
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N; j++) {
+      double ref = 0, mag = 0;
+      for (int k = 0; k < K; k++) {
+        double p = at(t, a, on_a ? k * M + i : i * K + k) * at(t, b, k * N + j);
+        ref += p, mag += fabs(p);
+      }
+      double got = at(t, c, i * N + j);
+      assert_false(isnan(got));
+      worst_c = fmax(worst_c, fabs(got - ref) / mag);
+    }
+  for (int j = 0; j < len; j++) { /* the plain reduction over k of the stored operand */
+    float f32 = 0.0f;
+    double ref = 0, mag = 0;
+    for (int k = 0; k < K; k++) {
+      double x = on_a ? at(t, a, k * M + j) : at(t, b, k * N + j);
+      f32 += (float)x, ref += x, mag += fabs(x);
+    }
+    double got = at(t, bg, j);
+    assert_false(isnan(got));
+    if (t == SC_DTYPE_BF16) assert_int_equal(((uint16_t *)bg)[j], sc_f32_to_bf16(f32));
+    else assert_true(((float *)bg)[j] == f32);
+    worst_g = fmax(worst_g, fabs(got - ref) / mag);
+  }
+  printf("%s %s BGRAD%s: C %.2e of sum |a.b|, bias gradient %.2e of sum |x| (%d values)\n",
+         t == SC_DTYPE_BF16 ? "bf16" : "f32", lt ? lt : "host", on_a ? "B (our A)" : "A (our B)",
+         worst_c, worst_g, len);
+  assert_true(worst_c <= tol && worst_g <= (t == SC_DTYPE_BF16 ? 1.0 / 256 : 1e-6));
+  sc_gpu_gemm_destroy(e);
+  assert_int_equal(unsetenv("SHARDC_CUDA_GEMM"), 0);
+  assert_int_equal(cu->stream_destroy(s), SC_CUDA_SUCCESS);
+  cu->mem_free(da), cu->mem_free(db), cu->mem_free(dc), cu->mem_free(dg);
+  free(a), free(b), free(c), free(bg);
+}
+
+static void test_bgrad(void **state) {
+  (void)state;
+  sc_dtype types[2] = {SC_DTYPE_F32, SC_DTYPE_BF16};
+  sc_gemm_bgrad sides[2] = {SC_GEMM_BGRAD_B, SC_GEMM_BGRAD_A};
+  for (int i = 0; i < 2; i++)
+    for (int j = 0; j < 2; j++) bgrad(types[i], sides[j], NULL), bgrad(types[i], sides[j], "cublaslt");
 }
 
 static void test_dgelu(void **state) {
@@ -256,6 +348,37 @@ static void test_library_refusals(void **state) {
   assert_int_equal(lt.desc_set(desc, SC_CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi), 0);
   assert_int_equal(lt.heuristic(h, desc, la, lb, lc, lc, NULL, 1, &res, &found),
                    SC_CUBLAS_STATUS_NOT_SUPPORTED);
+  /* BGRADA, BGRADB: a bias pointer (the gradient's output), one batch entry */
+  float grad_buf[64];
+  void *gp = grad_buf;
+  sc_lt_layout ba, bb, bc;
+  int32_t two = 2;
+  int64_t sa = 64 * K, sb = K * M, sc = 64 * M;
+  assert_int_equal(lt.layout_create(&ba, SC_CUDA_R_32F, 64, K, 64), 0);
+  assert_int_equal(lt.layout_create(&bb, SC_CUDA_R_32F, K, M, K), 0);
+  assert_int_equal(lt.layout_create(&bc, SC_CUDA_R_32F, 64, M, 64), 0);
+  sc_lt_layout bl[3] = {ba, bb, bc};
+  int64_t bs[3] = {sa, sb, sc};
+  for (int i = 0; i < 3; i++) {
+    assert_int_equal(lt.layout_set(bl[i], SC_CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &two, sizeof two), 0);
+    assert_int_equal(lt.layout_set(bl[i], SC_CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &bs[i],
+                                   sizeof bs[i]), 0);
+  }
+  uint32_t bgr[2] = {SC_CUBLASLT_EPILOGUE_BGRADA, SC_CUBLASLT_EPILOGUE_BGRADB};
+  for (int i = 0; i < 2; i++) {
+    sc_lt_desc x;
+    assert_int_equal(lt.desc_create(&x, SC_CUBLAS_COMPUTE_32F, SC_CUDA_R_32F), 0);
+    assert_int_equal(lt.desc_set(x, SC_CUBLASLT_MATMUL_DESC_EPILOGUE, &bgr[i], sizeof bgr[i]), 0);
+    assert_int_equal(lt.heuristic(h, x, la, lb, lc, lc, NULL, 1, &res, &found),
+                     SC_CUBLAS_STATUS_INVALID_VALUE); /* no bias pointer */
+    assert_int_equal(lt.desc_set(x, SC_CUBLASLT_MATMUL_DESC_BIAS_POINTER, &gp, sizeof gp), 0);
+    assert_int_equal(lt.heuristic(h, x, la, lb, lc, lc, NULL, 1, &res, &found), 0);
+    assert_int_equal(found, 1);
+    assert_int_equal(lt.heuristic(h, x, ba, bb, bc, bc, NULL, 1, &res, &found),
+                     SC_CUBLAS_STATUS_NOT_SUPPORTED); /* batched */
+    lt.desc_destroy(x);
+  }
+  lt.layout_destroy(ba), lt.layout_destroy(bb), lt.layout_destroy(bc);
   /* an epilogue on FP8 operands ("TN", multiples of 16) */
   sc_lt_layout fa, fb;
   epi = SC_CUBLASLT_EPILOGUE_RELU;
@@ -279,6 +402,7 @@ static void test_library_refusals(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_gelu_aux), cmocka_unit_test(test_dgelu),
+                                     cmocka_unit_test(test_bgrad),
                                      cmocka_unit_test(test_library_refusals)};
   return cmocka_run_group_tests(tests, setup, NULL);
 }
