@@ -34,7 +34,7 @@ values are the same for any mesh.
     start). bench/bench_param_init.py measures a 350M model.
   - a gather along the columns in row chunks: a shape-only GPT whose
     vocabulary (4,097) does not divide by 2 and whose gathered embedding
-    (16.0 MiB) exceeds the unpack's cap (SC_COMM_UNPACK_CAP_BYTES): at
+    (16.0 MiB) exceeds the scratch's cap (SC_COMM_SCRATCH_CAP_BYTES): at
     fsdp=2 both gathers of the embedding go in chunks of 4,096 rows (the
     program's steps), and 2 AdamW steps' losses are within rtol 2e-5 of one
     rank's; on the emulated GPU (NCCL's path: one collective and one
