@@ -12,9 +12,10 @@
  * `unpack` scratch TEMP buffers (planned by the memory plan like any other)
  * and the extents, and the runtime does the strided copies around the
  * communicator call. With outer = 1 the layouts agree and no scratch is
- * used. A gather's unpack holds at most SC_COMM_UNPACK_CAP_BYTES (at
- * least one row of the output): the step gathers that many rows of
- * `outer` a call (unpack_rows). Send's output is a 0-element token and gets no buffer. */
+ * used. A gather's unpack and a reduce-scatter's pack hold at most
+ * SC_COMM_SCRATCH_CAP_BYTES (at least one row of `outer`): the step gathers
+ * or reduces that many rows a call (rows; chunk_scratch). Send's output is
+ * a 0-element token and gets no buffer. */
 #include <string.h>
 
 #include "codegen/lower_internal.h"
@@ -37,6 +38,20 @@ static int32_t axis_attr(sc_lower_ctx *cx, const sc_node *n, const char *name, i
   int64_t v = sc_attr_int(cx->g, n, name, 0);
   if (v < 0) v += r;
   return v >= 0 && v < r ? (int32_t)v : -1;
+}
+
+/* The scratch `name` of a gather's unpack or a reduce-scatter's pack over
+ * `outer` rows of n * inner elements of dtype t: as many rows a call as fit
+ * SC_COMM_SCRATCH_CAP_BYTES, at least one (c->rows, 0 when all fit), and
+ * a buffer of that many rows. Returns its id, or -1 out of memory. */
+static int32_t chunk_scratch(sc_lower_ctx *cx, sc_comm_step *c, const char *name, sc_dtype t,
+                             int64_t outer, int64_t inner) {
+  int64_t row = c->group_size * inner * (int64_t)sc_dtype_size(t);
+  int64_t rows = row > 0 ? SC_COMM_SCRATCH_CAP_BYTES / row : outer;
+  if (rows < 1) rows = 1;
+  c->rows = rows < outer ? rows : 0;
+  int64_t total = (rows < outer ? rows : outer) * c->group_size * inner;
+  return sc_lower_scratch(cx, name, t, 1, &total);
 }
 
 static sc_status comm_build(sc_lower_ctx *cx, const sc_node *n) {
@@ -81,16 +96,10 @@ static sc_status comm_build(sc_lower_ctx *cx, const sc_node *n) {
     if (d < 0) return sc_lower_error(cx, n, SC_ERR_INVALID, "bad axis");
     c->unpack_outer = prod(x->dims, 0, d);
     c->unpack_inner = prod(x->dims, d, x->rank);
-    if (c->unpack_outer > 1) {
-      /* rows a call so that the scratch stays within the cap (program.h) */
-      int64_t row = size * c->unpack_inner * (int64_t)sc_dtype_size(y->dtype);
-      int64_t rows = row > 0 ? SC_COMM_UNPACK_CAP_BYTES / row : c->unpack_outer;
-      if (rows < 1) rows = 1;
-      c->unpack_rows = rows < c->unpack_outer ? rows : 0;
-      int64_t total = (rows < c->unpack_outer ? rows : c->unpack_outer) * size * c->unpack_inner;
-      if ((c->unpack = sc_lower_scratch(cx, "gather", y->dtype, 1, &total)) < 0)
-        return sc_lower_error(cx, n, SC_ERR_NOMEM, "out of memory");
-    }
+    if (c->unpack_outer > 1 &&
+        (c->unpack = chunk_scratch(cx, c, "gather", y->dtype, c->unpack_outer,
+                                   c->unpack_inner)) < 0)
+      return sc_lower_error(cx, n, SC_ERR_NOMEM, "out of memory");
     break;
   }
   case SC_OP_REDUCE_SCATTER: {
@@ -101,7 +110,7 @@ static sc_status comm_build(sc_lower_ctx *cx, const sc_node *n) {
     c->pack_outer = prod(x->dims, 0, d);
     c->pack_inner = x->dims[d] / size * prod(x->dims, d + 1, x->rank);
     if (c->pack_outer > 1 &&
-        (c->pack = sc_lower_scratch(cx, "scatter", x->dtype, 1, &numel_x)) < 0)
+        (c->pack = chunk_scratch(cx, c, "scatter", x->dtype, c->pack_outer, c->pack_inner)) < 0)
       return sc_lower_error(cx, n, SC_ERR_NOMEM, "out of memory");
     break;
   }

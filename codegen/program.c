@@ -679,7 +679,7 @@ void sc_program_print(const sc_program *p, FILE *out) {
       if (c->unpack >= 0)
         fprintf(out, " unpack=b%d [%lld,n,%lld]", (int)c->unpack, (long long)c->unpack_outer,
                 (long long)c->unpack_inner);
-      if (c->unpack_rows > 0) fprintf(out, " by %lld rows", (long long)c->unpack_rows);
+      if (c->rows > 0) fprintf(out, " by %lld rows", (long long)c->rows);
       fprintf(out, " count %lld group", (long long)c->count);
       for (int32_t a = 0; a < p->mesh.n_axes; a++)
         if (c->axes & (1u << a)) fprintf(out, " %s", p->mesh.axes[a].name);

@@ -184,14 +184,18 @@ typedef enum sc_comm_kind {
  *           receives [n, unpack_outer, unpack_inner] into `unpack`, copied
  *           to the output as [unpack_outer, n, unpack_inner].
  * Without them (outer extent 1) the communicator reads the input and writes
- * the output directly. An AllGather whose unpack would exceed
- * SC_COMM_UNPACK_CAP_BYTES goes in row chunks (unpack_rows > 0): call k
- * gathers rows [k * unpack_rows, ...) of the input, [unpack_rows,
- * unpack_inner] and contiguous, into `unpack` as [n, unpack_rows,
- * unpack_inner] (its size), copied to the same rows of the output; the
- * scratch is bounded, and each call is a plain contiguous collective that
- * every communicator (NCCL's included) runs. */
-#define SC_COMM_UNPACK_CAP_BYTES ((int64_t)16 << 20)
+ * the output directly. A step whose scratch would exceed
+ * SC_COMM_SCRATCH_CAP_BYTES goes in chunks of rows of its outer extent
+ * (rows > 0; sc_comm_step_outer): an AllGather's call k gathers rows
+ * [k * rows, ...) of the input, [rows, unpack_inner] and contiguous, into
+ * `unpack` as [n, rows, unpack_inner] (its size), copied to the same rows
+ * of the output; a ReduceScatter's call k packs rows [k * rows, ...) of the
+ * input, [rows, n, pack_inner], into `pack` as [n, rows, pack_inner] (its
+ * size) and reduces it into the same rows of the output, [rows,
+ * pack_inner] and contiguous. The scratch is bounded, and each call is a
+ * plain contiguous collective that every communicator (NCCL's included)
+ * runs. */
+#define SC_COMM_SCRATCH_CAP_BYTES ((int64_t)16 << 20)
 typedef struct sc_comm_step {
   sc_comm_kind kind;
   int32_t reduce;         /* SC_COMM_OP_* of ir/op_comm.h (sum, max, min) */
@@ -201,8 +205,9 @@ typedef struct sc_comm_step {
   int64_t count;          /* elements per rank-chunk (comm.h's count) */
   int64_t pack_outer, pack_inner;     /* elements */
   int64_t unpack_outer, unpack_inner; /* elements */
-  int64_t unpack_rows;    /* AllGather: rows of unpack_outer a call, or 0:
-                             all in one (sc_comm_step_calls) */
+  int64_t rows;           /* AllGather, ReduceScatter: rows of the outer
+                             extent a call, or 0: all in one
+                             (sc_comm_step_calls) */
   uint32_t axes;          /* sc_axes of `mesh`: the group (0: one rank) */
   int64_t group_size;
   int32_t peer, tag;      /* SEND, RECV: peer's key in the group, tag */
@@ -217,26 +222,47 @@ typedef struct sc_comm_step {
                              step completes before the next one runs */
 } sc_comm_step;
 
-/* The communicator calls of COMM step c: ceil(unpack_outer / unpack_rows)
- * for an AllGather in row chunks, else 1. */
-static inline int64_t sc_comm_step_calls(const sc_comm_step *c) {
-  if (c->unpack < 0 || c->unpack_rows <= 0 || c->unpack_rows >= c->unpack_outer) return 1;
-  return (c->unpack_outer + c->unpack_rows - 1) / c->unpack_rows;
+/* The outer extent whose rows a chunked COMM step divides, and the
+ * elements of a row a rank: a ReduceScatter's pack_outer and pack_inner,
+ * any other step's unpack_outer and unpack_inner. */
+static inline int64_t sc_comm_step_outer(const sc_comm_step *c) {
+  return c->kind == SC_COMM_REDUCE_SCATTER ? c->pack_outer : c->unpack_outer;
+}
+static inline int64_t sc_comm_step_inner(const sc_comm_step *c) {
+  return c->kind == SC_COMM_REDUCE_SCATTER ? c->pack_inner : c->unpack_inner;
 }
 
-/* Call k of COMM step c as a step of its own, unchunked: its rows as
- * unpack_outer, their elements a rank as count, and through *row0 its
- * first row (the input's elements from row0 * unpack_inner, the output's
- * from row0 * n * unpack_inner). For one call, c itself and row 0. */
-static inline sc_comm_step sc_comm_step_chunk(const sc_comm_step *c, int64_t k, int64_t *row0) {
+/* The communicator calls of COMM step c: ceil(outer / rows) for an
+ * AllGather or a ReduceScatter in row chunks, else 1. */
+static inline int64_t sc_comm_step_calls(const sc_comm_step *c) {
+  int64_t outer = sc_comm_step_outer(c);
+  int32_t scratch = c->kind == SC_COMM_REDUCE_SCATTER ? c->pack : c->unpack;
+  if (scratch < 0 || c->rows <= 0 || c->rows >= outer) return 1;
+  return (outer + c->rows - 1) / c->rows;
+}
+
+/* Call k of COMM step c as a step of its own, unchunked: its rows as the
+ * outer extent, their elements a rank as count, and through *in_at and
+ * *out_at the element where its rows begin in the input and in the output
+ * (AllGather: row0 * inner and row0 * n * inner; ReduceScatter: row0 * n *
+ * inner and row0 * inner). The call reads its pack (else the input from
+ * *in_at) and writes its unpack (else the output from *out_at); the pack
+ * copy reads, and the unpack copy writes, from there. For one call, c
+ * itself and 0, 0. */
+static inline sc_comm_step sc_comm_step_chunk(const sc_comm_step *c, int64_t k, int64_t *in_at,
+                                              int64_t *out_at) {
   sc_comm_step s = *c;
-  *row0 = 0;
+  *in_at = *out_at = 0;
   if (sc_comm_step_calls(c) == 1) return s;
-  *row0 = k * c->unpack_rows;
-  s.unpack_outer = c->unpack_outer - *row0 < c->unpack_rows ? c->unpack_outer - *row0
-                                                            : c->unpack_rows;
-  s.unpack_rows = 0;
-  s.count = s.unpack_outer * c->unpack_inner;
+  int64_t outer = sc_comm_step_outer(c), inner = sc_comm_step_inner(c);
+  int64_t row0 = k * c->rows, rows = outer - row0 < c->rows ? outer - row0 : c->rows;
+  bool scatter = c->kind == SC_COMM_REDUCE_SCATTER;
+  *in_at = row0 * inner * (scatter ? c->group_size : 1);
+  *out_at = row0 * inner * (scatter ? 1 : c->group_size);
+  if (scatter) s.pack_outer = rows;
+  else s.unpack_outer = rows;
+  s.rows = 0;
+  s.count = rows * inner;
   return s;
 }
 

@@ -311,7 +311,7 @@ static json_t *write_step(const sc_step *s) {
     json_object_set_new(co, "pack_inner", json_integer(c->pack_inner));
     json_object_set_new(co, "unpack_outer", json_integer(c->unpack_outer));
     json_object_set_new(co, "unpack_inner", json_integer(c->unpack_inner));
-    if (c->unpack_rows) json_object_set_new(co, "unpack_rows", json_integer(c->unpack_rows));
+    if (c->rows) json_object_set_new(co, "rows", json_integer(c->rows));
     json_object_set_new(co, "axes", json_integer(c->axes));
     json_object_set_new(co, "group_size", json_integer(c->group_size));
     json_object_set_new(co, "peer", json_integer(c->peer));
@@ -891,7 +891,7 @@ static sc_status read_comm(reader *r, json_t *o, sc_comm_step *c) {
       (st = get_int(r, co, "pack_inner", true, 0, &c->pack_inner)) ||
       (st = get_int(r, co, "unpack_outer", true, 0, &c->unpack_outer)) ||
       (st = get_int(r, co, "unpack_inner", true, 0, &c->unpack_inner)) ||
-      (st = get_int(r, co, "unpack_rows", false, 0, &c->unpack_rows)) ||
+      (st = get_int(r, co, "rows", false, 0, &c->rows)) ||
       (st = get_int(r, co, "axes", true, 0, &axes)) ||
       (st = get_int(r, co, "group_size", true, 0, &c->group_size)) ||
       (st = get_range(r, co, "peer", true, 0, -1, INT32_MAX, &c->peer)) ||
@@ -923,7 +923,7 @@ static sc_status read_comm(reader *r, json_t *o, sc_comm_step *c) {
   if (p2p && !c->shift && (c->peer < 0 || c->peer >= c->group_size)) /* collectives: unused */
     return fail(r, SC_ERR_INVALID, "'peer' = %d is not a key of the group", c->peer);
   if (c->count < 0 || c->pack_outer < 0 || c->pack_inner < 0 || c->unpack_outer < 0 ||
-      c->unpack_inner < 0 || c->unpack_rows < 0)
+      c->unpack_inner < 0 || c->rows < 0)
     return fail(r, SC_ERR_INVALID, "negative comm sizes");
   bool has_in = c->kind != SC_COMM_RECV, has_out = c->kind != SC_COMM_SEND;
   if ((c->in >= 0) != has_in || (c->out >= 0) != has_out)
@@ -938,20 +938,21 @@ static sc_status read_comm(reader *r, json_t *o, sc_comm_step *c) {
     if (!sc_mul_i64(send, n, &send)) return fail(r, SC_ERR_LIMIT, "comm size overflows");
   if (c->kind == SC_COMM_ALL_GATHER || c->kind == SC_COMM_ALL_TO_ALL)
     if (!sc_mul_i64(recv, n, &recv)) return fail(r, SC_ERR_LIMIT, "comm size overflows");
-  /* a gather in row chunks reads all of in a row at a time, and its
-   * unpack holds one call's rows */
-  bool chunked = c->unpack_rows > 0;
-  int64_t scratch, rows_in;
-  if (chunked && (c->kind != SC_COMM_ALL_GATHER || c->unpack < 0 ||
-                  c->unpack_rows >= c->unpack_outer ||
-                  !sc_mul_i64(c->unpack_outer, c->unpack_inner, &rows_in) || rows_in != c->count))
-    return fail(r, SC_ERR_INVALID, "'unpack_rows' = %lld does not fit the step",
-                (long long)c->unpack_rows);
+  /* a gather or reduce-scatter in row chunks moves all of in and out a
+   * row at a time, and its unpack or pack holds one call's rows */
+  bool chunked = c->rows > 0, scatter = c->kind == SC_COMM_REDUCE_SCATTER;
+  int64_t outer = sc_comm_step_outer(c), pack_scratch, unpack_scratch, rows_in;
+  if (chunked && (!(scatter || c->kind == SC_COMM_ALL_GATHER) ||
+                  (scatter ? c->pack : c->unpack) < 0 || c->rows >= outer ||
+                  !sc_mul_i64(outer, sc_comm_step_inner(c), &rows_in) || rows_in != c->count))
+    return fail(r, SC_ERR_INVALID, "'rows' = %lld does not fit the step", (long long)c->rows);
   if (!sc_mul_i64(c->pack_outer, n, &packed) || !sc_mul_i64(packed, c->pack_inner, &packed) ||
       !sc_mul_i64(c->unpack_outer, n, &unpacked) ||
       !sc_mul_i64(unpacked, c->unpack_inner, &unpacked) ||
-      !sc_mul_i64(chunked ? c->unpack_rows : c->unpack_outer, n, &scratch) ||
-      !sc_mul_i64(scratch, c->unpack_inner, &scratch))
+      !sc_mul_i64(chunked && scatter ? c->rows : c->pack_outer, n, &pack_scratch) ||
+      !sc_mul_i64(pack_scratch, c->pack_inner, &pack_scratch) ||
+      !sc_mul_i64(chunked && !scatter ? c->rows : c->unpack_outer, n, &unpack_scratch) ||
+      !sc_mul_i64(unpack_scratch, c->unpack_inner, &unpack_scratch))
     return fail(r, SC_ERR_LIMIT, "comm size overflows");
   if (c->pack >= 0 && packed < send) return fail(r, SC_ERR_INVALID, "the pack covers too little");
   if (c->unpack >= 0 && unpacked < recv)
@@ -959,10 +960,10 @@ static sc_status read_comm(reader *r, json_t *o, sc_comm_step *c) {
   /* The communicator reads send elements of pack-or-in, writes recv of
    * unpack-or-out; the copies read all of `in` / write all of `out`. */
   if ((st = check_comm_buf(r, "in", c->in, !has_in, c->pack >= 0 ? packed : send, t, false)) ||
-      (st = check_comm_buf(r, "pack", c->pack, true, packed, t, true)) ||
+      (st = check_comm_buf(r, "pack", c->pack, true, pack_scratch, t, true)) ||
       (st = check_comm_buf(r, "out", c->out, !has_out, c->unpack >= 0 ? unpacked : recv, t,
                            true)) ||
-      (st = check_comm_buf(r, "unpack", c->unpack, true, scratch, t, true)))
+      (st = check_comm_buf(r, "unpack", c->unpack, true, unpack_scratch, t, true)))
     return st;
   return SC_OK;
 }

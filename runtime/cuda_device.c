@@ -123,7 +123,7 @@ typedef struct comm_job {
   sc_dtype t;
   const void *send;
   void *recv;
-  int64_t k;           /* the call of a gather in row chunks (sc_comm_step_chunk) */
+  int64_t k;           /* the call of a step in row chunks (sc_comm_step_chunk) */
 } comm_job;
 
 /* a CHECK step's work, or a SCATTER_ADD step's index check: the indices
@@ -206,7 +206,7 @@ struct cuda_ctx {
   bool *skip;          /* [n_kernels] their prep and bias kernels: not launched */
   CUevent *ev_fork, *ev_done; /* [n_steps] per COMM step */
   comm_job *jobs;      /* [n_steps] */
-  comm_job **chunk_jobs; /* [n_steps] a gather in row chunks: one job a call, else NULL */
+  comm_job **chunk_jobs; /* [n_steps] a step in row chunks: one job a call, else NULL */
   check_job *checks;   /* [n_steps] */
   scatter_job *scatters; /* [n_steps] */
   attn_job *attns;     /* [n_steps] */
@@ -1495,14 +1495,17 @@ static void cuda_sync(void *ctx) {
 }
 
 /* ---- collectives ---- */
-/* Job j's call of COMM step cs: the whole step, or call j->k of a gather
- * in row chunks (its rows of the input into the scratch). */
+/* Job j's call of COMM step cs: the whole step, or call j->k of a step in
+ * row chunks (its rows of the input, else the pack; of the output, else
+ * the unpack). */
 static sc_status comm_job_call(const comm_job *j, const sc_comm_step *cs, sc_diag *d) {
-  int64_t row0;
-  sc_comm_step ck = sc_comm_step_chunk(cs, j->k, &row0);
-  int64_t at = row0 * cs->unpack_inner * (int64_t)sc_dtype_size(j->t);
-  return sc_comm_step_call(j->comm, &ck, j->t, at ? (const char *)j->send + at : j->send,
-                           j->recv, d);
+  int64_t in_at, out_at, esz = (int64_t)sc_dtype_size(j->t);
+  sc_comm_step ck = sc_comm_step_chunk(cs, j->k, &in_at, &out_at);
+  if (cs->pack >= 0) in_at = 0;
+  if (cs->unpack >= 0) out_at = 0;
+  const void *send = in_at ? (const char *)j->send + in_at * esz : j->send;
+  return sc_comm_step_call(j->comm, &ck, j->t, send,
+                           out_at ? (char *)j->recv + out_at * esz : j->recv, d);
 }
 
 static void comm_host_fn(void *ud) {
@@ -1547,13 +1550,13 @@ static void cuda_run_comm(void *ctx, int32_t i) {
   int64_t esz = (int64_t)sc_dtype_size(c->jobs[i].t), n = cs->group_size;
   check_run(c, cu->event_record(c->ev_fork[i], c->compute), "cuEventRecord");
   check_run(c, cu->stream_wait_event(s, c->ev_fork[i], 0), "cuStreamWaitEvent");
-  if (cs->pack >= 0)
-    transpose_chunks(c, s, c->ptrs[cs->pack], c->ptrs[cs->in], cs->pack_outer, n,
-                     cs->pack_inner * esz, true);
   for (int64_t k = 0, calls = sc_comm_step_calls(cs); k < calls; k++) {
     comm_job *j = calls > 1 ? &c->chunk_jobs[i][k] : &c->jobs[i];
-    int64_t row0; /* a gather in row chunks: this call's rows */
-    sc_comm_step ck = sc_comm_step_chunk(cs, k, &row0);
+    int64_t in_at, out_at; /* a step in row chunks: where this call's rows begin */
+    sc_comm_step ck = sc_comm_step_chunk(cs, k, &in_at, &out_at);
+    if (cs->pack >= 0)
+      transpose_chunks(c, s, c->ptrs[cs->pack], c->ptrs[cs->in] + (CUdeviceptr)(in_at * esz),
+                       ck.pack_outer, n, ck.pack_inner * esz, true);
     if (c->on_stream[c->o.comm_of[i]]) { /* NCCL: enqueued on s from here */
       sc_diag d = {0};
       if (comm_job_call(j, cs, &d) != SC_OK) fail(c, &d);
@@ -1562,16 +1565,22 @@ static void cuda_run_comm(void *ctx, int32_t i) {
         const sc_program *p = c->p;
         int32_t sb = cs->pack >= 0 ? cs->pack : cs->in;
         int32_t rb = cs->unpack >= 0 ? cs->unpack : cs->out;
+        int64_t sent = ck.count * (cs->kind == SC_COMM_REDUCE_SCATTER ? n : 1);
+        int64_t got = ck.count * (cs->kind == SC_COMM_ALL_GATHER ? n : 1);
         if (sb >= 0)
-          cu->host_access((const char *)j->send + row0 * cs->unpack_inner * esz,
-                          (size_t)(calls > 1 ? ck.count * esz : p->buffers[sb].bytes), 0);
-        if (rb >= 0) cu->host_access(j->recv, (size_t)p->buffers[rb].bytes, 1);
+          cu->host_access((const char *)j->send + (cs->pack >= 0 ? 0 : in_at * esz),
+                          (size_t)(calls > 1 && cs->pack < 0 ? sent * esz : p->buffers[sb].bytes),
+                          0);
+        if (rb >= 0)
+          cu->host_access((char *)j->recv + (cs->unpack >= 0 ? 0 : out_at * esz),
+                          (size_t)(calls > 1 && cs->unpack < 0 ? got * esz : p->buffers[rb].bytes),
+                          1);
       }
       check_run(c, cu->launch_host_func(s, comm_host_fn, j), "cuLaunchHostFunc");
     }
     if (cs->unpack >= 0)
-      transpose_chunks(c, s, c->ptrs[cs->out] + (CUdeviceptr)(row0 * n * cs->unpack_inner * esz),
-                       c->ptrs[cs->unpack], ck.unpack_outer, n, ck.unpack_inner * esz, false);
+      transpose_chunks(c, s, c->ptrs[cs->out] + (CUdeviceptr)(out_at * esz), c->ptrs[cs->unpack],
+                       ck.unpack_outer, n, ck.unpack_inner * esz, false);
   }
   check_run(c, cu->event_record(c->ev_done[i], s), "cuEventRecord");
   if (!cs->async)

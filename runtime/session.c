@@ -402,17 +402,15 @@ static sc_status run_comm(sc_session *s, int32_t i, sc_diag *diag) {
   void *unpack = c->unpack >= 0 ? s->dev->buffer_ptr(s->ctx, c->unpack) : NULL;
   sc_dtype t = p->buffers[c->in >= 0 ? c->in : c->out].dtype;
   int64_t esz = (int64_t)sc_dtype_size(t), n = c->group_size;
-  if (pack) chunk_pack(pack, in, c->pack_outer, n, c->pack_inner * esz);
-  const void *send = pack ? pack : in;
-  void *recv = unpack ? unpack : out;
   sc_status r = SC_OK;
   for (int64_t k = 0, calls = sc_comm_step_calls(c); r == SC_OK && k < calls; k++) {
-    int64_t row0; /* a gather in row chunks: its rows of in and of out */
-    sc_comm_step ck = sc_comm_step_chunk(c, k, &row0);
-    int64_t at = row0 * c->unpack_inner * esz;
-    r = sc_comm_step_call(comm, &ck, t, at ? (const char *)send + at : send, recv, diag);
-    if (r == SC_OK && unpack)
-      chunk_unpack((char *)out + at * n, unpack, ck.unpack_outer, n, ck.unpack_inner * esz);
+    int64_t in_at, out_at; /* a step in row chunks: where this call's rows begin */
+    sc_comm_step ck = sc_comm_step_chunk(c, k, &in_at, &out_at);
+    const char *src = in_at ? (const char *)in + in_at * esz : in;
+    char *dst = out_at ? (char *)out + out_at * esz : out;
+    if (pack) chunk_pack(pack, src, ck.pack_outer, n, ck.pack_inner * esz);
+    r = sc_comm_step_call(comm, &ck, t, pack ? pack : src, unpack ? unpack : dst, diag);
+    if (r == SC_OK && unpack) chunk_unpack(dst, unpack, ck.unpack_outer, n, ck.unpack_inner * esz);
   }
   return r;
 }

@@ -62,15 +62,19 @@
  * sole narrowing Cast, localize's: its Cast back to f32 moves with the
  * member's copy-out);
  * or, with no reduce-scatter (ZeRO 0, plain data parallel, any axes), the
- * AllReduce of grad:P itself, or of a value that only sole Casts and
+ * AllReduce of grad:P itself, with the AllReduce over other axes that
+ * alone reads its result (ar2: a gradient pending over two groups, dp
+ * then cp, or a sequence-parallel norm's tp then dp; the bucket reduces
+ * over both in turn) or none, or of a value that only sole Casts and
  * Reshapes make grad:P (a bf16 step under --reduce-dtype bf16 reduces a
  * GEMM weight's gradient in bf16, before its Cast to the f32 weight's;
  * that chain moves with the member's copy-out). The members of one block,
  * in one piece, of one dtype, of one kind (with a reduce-scatter over the
- * same storage group or none), the same all-reduce (axes and op, or none)
+ * same storage group or none), the same all-reduces (axes and op, or none)
  * and alike in whether another collective is their result's first reader
- * (a member reduced over one axis and then another: the group would be
- * waited for at once) become one ReduceScatter and/or one AllReduce at the
+ * (a member reduced over one axis and then another by a collective that
+ * is not its ar2: the group would be waited for at once) become one
+ * ReduceScatter and/or one AllReduce (two with ar2) at the
  * place of the last member, when nothing reads an earlier member's result
  * before that place (bucket_rs); each member's piece is
  * copied out where its result is first read. A dim-0 split puts rank r's
@@ -513,6 +517,10 @@ typedef struct rmember {
   int32_t rs, ar;      /* the old ReduceScatter over fsdp, or -1; the
                           AllReduce of its result over the replicas (HSDP),
                           or without one of the gradient itself, or -1 */
+  int32_t ar2;         /* without a reduce-scatter, the AllReduce over
+                          other axes that alone reads ar's result (a
+                          gradient pending over two groups: dp, then cp's
+                          tokens or a sequence-parallel norm's tp), or -1 */
   int32_t g, y;        /* the full gradient, and the member's result */
   int32_t use;         /* the first node reading y (first_use), or
                           reading the chain's last value */
@@ -712,11 +720,13 @@ static sc_status bucket_rs(bucketer *b, const rmember *m, int32_t k, int64_t S) 
     if (st == SC_OK) st = m[0].pair >= 0 ? pair_axes(b, nr) : copy_axes(b, nr, m[0].rs);
     if (st == SC_OK && attr_int(b, nr, "axis", 0) != SC_OK) st = lerr(b);
   }
-  if (st == SC_OK && m[0].ar >= 0) { /* the members' all-reduce, once */
+  for (int32_t c = 0; c < 2 && st == SC_OK; c++) { /* the members' all-reduces, once */
+    int32_t old = c ? m[0].ar2 : m[0].ar;
+    if (old < 0) continue;
     int32_t sum = new_value(b, "bucket_reduced", t, 1, &piece);
     int32_t na = sum < 0 ? -1 : emit(b, SC_OP_ALL_REDUCE, base, &red, 1, sum, stage, at);
     if (na < 0) st = lerr(b);
-    else st = copy_axes(b, na, m[0].ar);
+    else st = copy_axes(b, na, old);
     red = sum;
   }
   int64_t off = 0;
@@ -743,8 +753,8 @@ static sc_status bucket_rs(bucketer *b, const rmember *m, int32_t k, int64_t S) 
       L->values[L->nodes[m[j].rs].outputs[0]].flags |= SC_VALUE_DEAD;
       b->dead = true;
     }
-    for (int32_t c = 0; c < 2 && st == SC_OK; c++) {
-      int32_t old = c ? m[j].ar : m[j].pair >= 0 ? m[j].pair : m[j].rs;
+    for (int32_t c = 0; c < 3 && st == SC_OK; c++) {
+      int32_t old = c == 2 ? m[j].ar2 : c ? m[j].ar : m[j].pair >= 0 ? m[j].pair : m[j].rs;
       if (old < 0) continue;
       to_identity(b, old, full);
       if (!put(b, old, use)) st = nomem(b->d);
@@ -1186,7 +1196,7 @@ sc_status sc_partition_bucket_reductions(sc_partition *p, sc_diag *d) {
   int64_t key_stage = -1, key_block = -2;
   for (int32_t i = 0; st == SC_OK && i <= n0; i++) {
     const char *param = NULL;
-    rmember m = {.pair = -1, .rs = -1, .ar = -1};
+    rmember m = {.pair = -1, .rs = -1, .ar = -1, .ar2 = -1};
     if (i < n0 && rs_candidate(&b, off, users, i, &param)) {
       const sc_node *n = &L->nodes[i];
       m.rs = i;
@@ -1215,6 +1225,12 @@ sc_status sc_partition_bucket_reductions(sc_partition *p, sc_diag *d) {
       m.ar = i; /* no reduce-scatter: plain data parallel, ZeRO 0 */
       m.g = L->nodes[i].inputs[0];
       m.y = L->nodes[i].outputs[0];
+      int32_t r = first_use(L, off, users, m.y);
+      if (m.n_chain == 0 && off[m.y + 1] - off[m.y] == 1 &&
+          !(L->values[m.y].flags & SC_VALUE_OUTPUT) && r < n0 && is_all_reduce(L, r)) {
+        m.ar2 = r; /* then over other axes: one member of both */
+        m.y = L->nodes[r].outputs[0];
+      }
     }
     int64_t block = param && stats.block_key ? sc_stats_block_of_name(stats.block_key, param) : -1;
     /* outside blocks: used far apart, reduced alone (a pair as one) */
@@ -1239,7 +1255,8 @@ sc_status sc_partition_bucket_reductions(sc_partition *p, sc_diag *d) {
     for (int32_t j = 0; j < RGROUPS && to < 0; j++) {
       if (g[j].k > 0 && g[j].t == t && same_reduction(L, m.rs, g[j].m[0].rs) &&
           (m.pair >= 0) == (g[j].m[0].pair >= 0) &&
-          m.chained == g[j].m[0].chained && same_reduction(L, m.ar, g[j].m[0].ar))
+          m.chained == g[j].m[0].chained && same_reduction(L, m.ar, g[j].m[0].ar) &&
+          same_reduction(L, m.ar2, g[j].m[0].ar2))
         to = j;
       if (g[j].k == 0 && empty < 0) empty = j;
     }

@@ -34,11 +34,12 @@ values are the same for any mesh.
     start). bench/bench_param_init.py measures a 350M model.
   - a gather along the columns in row chunks: a shape-only GPT whose
     vocabulary (4,097) does not divide by 2 and whose gathered embedding
-    (16.0 MiB) exceeds the unpack's cap (SC_COMM_UNPACK_CAP_BYTES): at
-    fsdp=2 both gathers of the embedding go in chunks of 4,096 rows (the
-    program's steps), and 2 AdamW steps' losses are within rtol 2e-5 of one
-    rank's; on the emulated GPU (NCCL's path: one collective and one
-    unpack a chunk), where this shardc has a cuda target, the first loss
+    (16.0 MiB) exceeds the scratch's cap (SC_COMM_SCRATCH_CAP_BYTES): at
+    fsdp=2 both gathers of the embedding, and both reduce-scatters of its
+    tied gradient's parts (a pack of 16.0 MiB), go in chunks of 4,096 rows
+    (the program's steps), and 2 AdamW steps' losses are within rtol 2e-5
+    of one rank's; on the emulated GPU (NCCL's path: one pack or unpack and
+    one collective a chunk), where this shardc has a cuda target, the first loss
     equals the CPU's at fsdp=2 within rtol 2e-5 (--no-allow-tf32).
 """
 import json
@@ -279,10 +280,11 @@ def chunked_gather(tmp, rng):
     p = subprocess.run([SHARDC, "plan", path, "--train", "--no-weights", "--dim", "batch=4",
                         "--mesh", "fsdp=2", "--print-after=program"], capture_output=True,
                        text=True, timeout=600)
-    chunked = [ln for ln in p.stderr.splitlines() if "all_gather" in ln and "by 4096 rows" in ln]
-    check(p.returncode == 0 and len(chunked) == 2,
-          f"fsdp=2: {len(chunked)} gathers of the embedding in chunks of 4096 rows, want 2 "
-          f"({p.stderr[-400:]})")
+    for kind, what in (("all_gather", "gathers"), ("reduce_scatter", "reduce-scatters")):
+        chunked = [ln for ln in p.stderr.splitlines() if kind in ln and "by 4096 rows" in ln]
+        check(p.returncode == 0 and len(chunked) == 2,
+              f"fsdp=2: {len(chunked)} {what} of the embedding in chunks of 4096 rows, want 2 "
+              f"({p.stderr[-400:]})")
     losses = {}
     for what, extra, steps in (("one rank", [], 2), ("fsdp=2", ["--mesh", "fsdp=2"], 2),
                                ("fsdp=2 on the emulated GPU",

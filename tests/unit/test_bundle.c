@@ -586,23 +586,23 @@ static void test_json_comm(void **state) {
   };
   expect_refused(json, cases, sizeof cases / sizeof cases[0]);
 
-  /* the gather in row chunks of one row (program.h: unpack_rows): read
+  /* the gather in row chunks of one row (program.h: rows): read
    * back and written again the same; chunks that do not fit refused */
-  char *rows = replace(json, "\"unpack_inner\": 4", "\"unpack_inner\": 4, \"unpack_rows\": 1");
+  char *rows = replace(json, "\"unpack_inner\": 4", "\"unpack_inner\": 4, \"rows\": 1");
   st = sc_program_read_json(rows, strlen(rows), NULL, 0, &r, &d);
   if (st) fail_msg("%s", d.msg);
-  assert_int_equal(r->steps[1].comm.unpack_rows, 1);
+  assert_int_equal(r->steps[1].comm.rows, 1);
   assert_int_equal(sc_comm_step_calls(&r->steps[1].comm), 2);
   assert_int_equal(sc_comm_step_calls(&r->steps[0].comm), 1);
   assert_int_equal(sc_program_write_json(r, NULL, &again, &d), SC_OK);
-  assert_non_null(strstr(again, "\"unpack_rows\": 1"));
+  assert_non_null(strstr(again, "\"rows\": 1"));
   sc_free(again);
   sc_program_destroy(r);
   static const edit_case chunk_cases[] = {
-      {"\"unpack_rows\": 1", "\"unpack_rows\": 2", "'unpack_rows' = 2 does not fit"},
-      {"\"unpack_rows\": 1", "\"unpack_rows\": -1", "negative comm sizes"},
-      {"\"unpack_outer\": 2", "\"unpack_outer\": 3", "'unpack_rows' = 1 does not fit"},
-      {"\"pack_inner\": 0", "\"pack_inner\": 0, \"unpack_rows\": 1", "'unpack_rows' = 1"},
+      {"\"rows\": 1", "\"rows\": 2", "'rows' = 2 does not fit"},
+      {"\"rows\": 1", "\"rows\": -1", "negative comm sizes"},
+      {"\"unpack_outer\": 2", "\"unpack_outer\": 3", "'rows' = 1 does not fit"},
+      {"\"pack_inner\": 0", "\"pack_inner\": 0, \"rows\": 1", "'rows' = 1"},
   };
   expect_refused(rows, chunk_cases, sizeof chunk_cases / sizeof chunk_cases[0]);
   free(rows);

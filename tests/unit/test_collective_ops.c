@@ -11,9 +11,13 @@
  *                  unpack) == the full MatMul; and a gather on axis 0;
  *                  gathers on axes 1 and 2 larger than the unpack's cap go
  *                  in row chunks (a partial last one) through a scratch of
- *                  at most SC_COMM_UNPACK_CAP_BYTES, equal to the shards
+ *                  at most SC_COMM_SCRATCH_CAP_BYTES, equal to the shards
  *   ReduceScatter  the row-parallel partial products scattered on axis 1
- *                  (strided pack) and on axis 0 == blocks of the full MatMul
+ *                  (strided pack) and on axis 0 == blocks of the full MatMul;
+ *                  scatters on axes 1 and 2 larger than the pack's cap go in
+ *                  row chunks (a partial last one) through a scratch of at
+ *                  most SC_COMM_SCRATCH_CAP_BYTES, equal to the two shards'
+ *                  f32 sum
  *   AllToAll       split 1 / concat 0 and split 0 / concat 1
  *   Send / Recv    stage 0 sends Tanh(x), stage 1 receives it and adds 1;
  *                  with a shift: ring attention (passes/partition/ring.c) on
@@ -414,50 +418,66 @@ static void all_to_all(int n) {
   sc_graph_destroy(g);
 }
 
-/* AllGather(x_r, axis = rank - 1) of x_r f32[d0, d1, c] (d0 = 1: 2-D), on 2
- * ranks, whose unpack would exceed SC_COMM_UNPACK_CAP_BYTES: the step goes
- * in `calls` chunks of rows through a scratch within the cap, and every
- * element equals its rank's shard (a move: exact). */
-static void chunked_gather(int64_t d0, int64_t d1, int64_t c, int64_t calls) {
-  enum { n = 2 };
+enum { CHUNK_RANKS = 2 };
+
+/* `op` (AllGather or ReduceScatter) over tp of CHUNK_RANKS ranks along the
+ * last axis of x_r f32[d0, d1, last] (d0 = 1: 2-D), whose scratch (the
+ * gather's unpack, the scatter's pack) would exceed
+ * SC_COMM_SCRATCH_CAP_BYTES, compiled: the step goes in `calls` chunks of
+ * rows of c elements a rank through a scratch within the cap, printed "by
+ * R rows", and the plan holds io_bytes (the input and output) and the
+ * bounded scratch. Each rank's input, seeded random, through xs (free). */
+static sc_program *chunked_run(const char *op, int64_t d0, int64_t d1, int64_t last, int64_t c,
+                               int64_t calls, int64_t io_bytes, sc_graph **g, rank_job *jobs,
+                               float **xs) {
+  enum { n = CHUNK_RANKS };
   char text[1024], dims[64];
   if (d0 > 1)
-    snprintf(dims, sizeof dims, "%lld,%lld,%lld", (long long)d0, (long long)d1, (long long)c);
+    snprintf(dims, sizeof dims, "%lld,%lld,%lld", (long long)d0, (long long)d1, (long long)last);
   else
-    snprintf(dims, sizeof dims, "%lld,%lld", (long long)d1, (long long)c);
+    snprintf(dims, sizeof dims, "%lld,%lld", (long long)d1, (long long)last);
   snprintf(text, sizeof text,
-           "shardc.ir 1 graph \"agc\" opset 18 {\n mesh [tp=%d]\n input %%x : f32[%s]\n"
-           " %%y = AllGather(%%x) {axes = [\"tp\"], axis = -1} \"ag\"\n output %%y\n}\n",
-           n, dims);
-  sc_graph *g;
-  sc_program *p = compile_text(text, &g);
+           "shardc.ir 1 graph \"chunks\" opset 18 {\n mesh [tp=%d]\n input %%x : f32[%s]\n"
+           " %%y = %s(%%x) {axes = [\"tp\"], axis = -1} \"c\"\n output %%y\n}\n",
+           n, dims, op);
+  sc_program *p = compile_text(text, g);
   int32_t comm = -1;
   for (int32_t i = 0; i < p->n_steps; i++)
     if (p->steps[i].kind == SC_STEP_COMM) comm = i;
   assert_true(comm >= 0);
   const sc_comm_step *cs = &p->steps[comm].comm;
-  int64_t outer = d0 * d1, whole = outer * n * c * 4;
-  assert_true(whole > SC_COMM_UNPACK_CAP_BYTES);
+  int32_t scratch = cs->kind == SC_COMM_REDUCE_SCATTER ? cs->pack : cs->unpack;
+  assert_true(d0 * d1 * n * c * 4 > SC_COMM_SCRATCH_CAP_BYTES);
   assert_int_equal(sc_comm_step_calls(cs), calls);
-  assert_true(cs->unpack >= 0 && p->buffers[cs->unpack].bytes <= SC_COMM_UNPACK_CAP_BYTES);
-  assert_int_equal(p->buffers[cs->unpack].bytes, cs->unpack_rows * n * c * 4);
-  /* the plan holds the shard, the gathered result and the bounded scratch */
-  assert_true(p->arena_bytes <= outer * c * 4 + whole + SC_COMM_UNPACK_CAP_BYTES + 4096);
+  assert_true(scratch >= 0 && p->buffers[scratch].bytes <= SC_COMM_SCRATCH_CAP_BYTES);
+  assert_int_equal(p->buffers[scratch].bytes, cs->rows * n * c * 4);
+  assert_true(p->arena_bytes <= io_bytes + SC_COMM_SCRATCH_CAP_BYTES + 4096);
   char printed[4096];
   print_program(p, printed, sizeof printed);
   char want[64];
-  snprintf(want, sizeof want, "by %lld rows", (long long)cs->unpack_rows);
+  snprintf(want, sizeof want, "by %lld rows", (long long)cs->rows);
   if (!strstr(printed, want)) fail_msg("no '%s' in\n%s", want, printed);
-  rank_job jobs[MAXR];
-  memset(jobs, 0, sizeof jobs);
-  float *xs[n];
+  memset(jobs, 0, MAXR * sizeof *jobs);
   for (int r = 0; r < n; r++) {
-    xs[r] = random_f32(outer * c);
+    xs[r] = random_f32(d0 * d1 * last);
     jobs[r] = (rank_job){.p = p, .n_in = 1, .n_out = 1};
-    jobs[r].in[0] = view(xs[r], d0 > 1 ? 3 : 2, d0 > 1 ? d0 : d1, d0 > 1 ? d1 : c);
-    jobs[r].in[0].dims[2] = c;
+    jobs[r].in[0] = view(xs[r], d0 > 1 ? 3 : 2, d0 > 1 ? d0 : d1, d0 > 1 ? d1 : last);
+    jobs[r].in[0].dims[2] = last;
   }
   run_ranks(jobs, n);
+  return p;
+}
+
+/* AllGather(x_r, axis = rank - 1) of x_r f32[d0, d1, c] (chunked_run):
+ * every element equals its rank's shard (a move: exact). */
+static void chunked_gather(int64_t d0, int64_t d1, int64_t c, int64_t calls) {
+  enum { n = CHUNK_RANKS };
+  int64_t outer = d0 * d1;
+  rank_job jobs[MAXR];
+  float *xs[n];
+  sc_graph *g;
+  sc_program *p = chunked_run("AllGather", d0, d1, c, c, calls, outer * c * 4 * (1 + n), &g,
+                              jobs, xs);
   for (int r = 0; r < n; r++) {
     assert_int_equal(jobs[r].out_n[0], outer * n * c);
     for (int64_t o = 0; o < outer; o++)
@@ -479,6 +499,42 @@ static void test_gather_chunks(void **state) {
   rng_seed(5);
   chunked_gather(1, 1031, 2048, 2); /* 1,024 rows a call, then 7 */
   chunked_gather(3, 700, 2048, 3);  /* outer 2,100: 1,024, 1,024, 52 */
+}
+
+/* ReduceScatter(x_r, axis = rank - 1) of x_r f32[d0, d1, n·c]
+ * (chunked_run): every element equals x_0 + x_1 of its piece, the sum the
+ * step in one call makes (a sum of two f32 values: exact in either
+ * order). */
+static void chunked_scatter(int64_t d0, int64_t d1, int64_t c, int64_t calls) {
+  enum { n = CHUNK_RANKS };
+  int64_t outer = d0 * d1;
+  rank_job jobs[MAXR];
+  float *xs[n];
+  sc_graph *g;
+  sc_program *p = chunked_run("ReduceScatter", d0, d1, n * c, c, calls,
+                              outer * c * 4 * (1 + n), &g, jobs, xs);
+  for (int r = 0; r < n; r++) {
+    assert_int_equal(jobs[r].out_n[0], outer * c);
+    for (int64_t o = 0; o < outer; o++)
+      for (int64_t j = 0; j < c; j++) {
+        int64_t at = (o * n + r) * c + j;
+        float want_v = xs[0][at] + xs[1][at];
+        if (!(jobs[r].out[0][o * c + j] == want_v))
+          fail_msg("rank %d row %lld element %lld: got %.9g want %.9g", r, (long long)o,
+                   (long long)j, (double)jobs[r].out[0][o * c + j], (double)want_v);
+      }
+  }
+  for (int r = 0; r < n; r++) free(xs[r]);
+  free_jobs(jobs, n);
+  sc_program_destroy(p);
+  sc_graph_destroy(g);
+}
+
+static void test_scatter_chunks(void **state) {
+  (void)state;
+  rng_seed(6);
+  chunked_scatter(1, 1031, 2048, 2); /* 1,024 rows a call, then 7 */
+  chunked_scatter(3, 700, 2048, 3);  /* outer 2,100: 1,024, 1,024, 52 */
 }
 
 static void test_spmd_2(void **state) {
@@ -766,6 +822,7 @@ int main(void) {
       cmocka_unit_test(test_spmd_4),      cmocka_unit_test(test_send_recv),
       cmocka_unit_test(test_session_errors), cmocka_unit_test(test_ring_shift),
       cmocka_unit_test(test_gather_chunks),
+      cmocka_unit_test(test_scatter_chunks),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
