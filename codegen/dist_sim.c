@@ -14,7 +14,8 @@
  * With a trace, every advance of a clock is also recorded (record()) at
  * the one place it happens: a computing step, expose() and receive() on
  * the compute queue, a collective on its group's queue, send() on the
- * point-to-point queue. Without one, record() returns at once. */
+ * point-to-point queue (one lane, though each peer's transfers queue
+ * apart). Without one, record() returns at once. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -621,7 +622,7 @@ typedef struct rank_state {
   int32_t i;               /* index within the part */
   double t;                /* the compute queue's clock */
   double qfree[SC_DIST_SIM_MAX_GROUPS]; /* each communication queue's */
-  double send_free;        /* the point-to-point queue's */
+  double *send_free;       /* [P] the point-to-point queue to each peer's */
   double copy_free;        /* the copy queue's (activation offloading) */
   double *done;            /* [steps of the largest program] when each async
                               COMM or COPY step of the current run ends */
@@ -765,8 +766,8 @@ static sc_status send(sim_ctx *x, rank_state *r, int32_t to, int32_t tag, int32_
   double s = 0;
   if (p2p_time(x->dp, r->row->rank, x->r[to].row->rank, bytes, x->c, &s, x->d) != SC_OK)
     return x->d->status;
-  double start = r->t > r->send_free ? r->t : r->send_free;
-  r->send_free = start + s;
+  double start = r->t > r->send_free[to] ? r->t : r->send_free[to];
+  r->send_free[to] = start + s;
   record(x, r, SC_DIST_SIM_QUEUE_P2P, SC_DIST_SIM_EV_SEND, to, -1, start, start + s, bytes);
   sc_dist_sim_comm *cm = comm_row(x, r->row, x->pp_group);
   cm->ops++;
@@ -1097,7 +1098,9 @@ static sc_status simulate(sim_ctx *x, sc_dist_sim *out) {
     x->r[q].q = q;
     for (size_t i = 0; i < sizeof x->r[q].last / sizeof x->r[q].last[0]; i++)
       x->r[q].last[i] = -1;
-    if (!(x->r[q].done = sc_calloc((size_t)most, sizeof(double)))) return nomem(x->d);
+    if (!(x->r[q].done = sc_calloc((size_t)most, sizeof(double))) ||
+        !(x->r[q].send_free = sc_calloc((size_t)x->P, sizeof(double))))
+      return nomem(x->d);
   }
   x->tab = sc_calloc((size_t)dp->n_stages, sizeof *x->tab);
   if (!x->tab) return nomem(x->d);
@@ -1202,6 +1205,7 @@ static sc_status sim_once(const sc_dist_program *dp, const sc_cluster *c, sc_dis
   for (int32_t q = 0; x.r && q < P; q++) {
     sc_free((void *)x.r[q].acts);
     sc_free(x.r[q].done);
+    sc_free(x.r[q].send_free);
     sc_free(x.r[q].have);
     sc_free(x.r[q].out);
     sc_free(x.r[q].back);

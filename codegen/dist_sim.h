@@ -15,9 +15,13 @@
  * Point-to-point hand-offs between pipeline ranks (a pipelined training
  * step's values between pieces, runtime/pipe_rank.c; an inference
  * pipeline's SEND and RECV steps, runtime/dist.c) are buffered sends: the
- * transfer runs on the sender's point-to-point queue over the link between
- * the two ranks (intra- or inter-node), the sender goes on, and the
- * receive blocks until the transfer has arrived.
+ * transfer runs on the sender's point-to-point queue to that rank over the
+ * link between the two (intra- or inter-node), the sender goes on, and the
+ * receive blocks until the transfer has arrived. A rank has one such queue
+ * per peer: a transfer waits for its earlier ones to the same rank, not for
+ * those to others (buffered sends to different ranks progress apart; a
+ * tied embedding's copy to the last pipeline rank does not hold back the
+ * next microbatch's hand-off to the second).
  *
  * Activation offloading's copies (docs/offload.md) run on a copy queue of
  * their own, one per rank, in order, as the runtime runs them: each takes

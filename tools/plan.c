@@ -678,6 +678,15 @@ sc_status sc_plan_infer_html(const sc_build *b, const sc_device_target *target, 
   return st;
 }
 
+/* One stderr line when the partition fell back to replicated anywhere;
+ * `where` says where the list is (NULL: at the end of the report). */
+static void warn_fallbacks(const sc_partition *part, const char *file, const char *where) {
+  if (!part || !part->n_fallbacks) return;
+  fprintf(stderr, "shardc: warning: %s: %d value%s or node%s not split as planned (fell back "
+          "to replicated)%s\n", file, (int)part->n_fallbacks, part->n_fallbacks == 1 ? "" : "s",
+          part->n_fallbacks == 1 ? "" : "s", where ? where : ": listed at the end of the report");
+}
+
 /* --train: the training step's memory (per rank with --mesh). */
 static int plan_train(const sc_partition_args *p, sc_train_args *ta, const sc_cli_opts *o,
                       bool table, const char *html, const sc_device_target *target) {
@@ -692,6 +701,7 @@ static int plan_train(const sc_partition_args *p, sc_train_args *ta, const sc_cl
   ta->t.shape_only = o->no_weights; /* shapes only: every float initializer trains */
   sc_build *b = NULL;
   if ((rc = sc_train_args_build(ta, p, o, &bs.build, &b)) != 0) return rc;
+  warn_fallbacks(b->part, o->file, o->json ? ": listed under \"fallbacks\"" : NULL);
   rc = sc_plan_train_report(b, &ta->t, o->json, table, o->file, target);
   fflush(stdout);
   if (!rc && html) {
@@ -744,11 +754,7 @@ int sc_cmd_plan(int argc, char **argv) {
   sc_build *b = NULL;
   if ((rc = sc_partition_args_build(&p, &o, &bs.build, &b, NULL)) != 0) return rc;
   sc_graph *g = b->graph;
-  if (b->part->n_fallbacks)
-    fprintf(stderr, "shardc: warning: %s: %d value%s or node%s not split as planned (fell back "
-            "to replicated)%s\n", o.file, (int)b->part->n_fallbacks,
-            b->part->n_fallbacks == 1 ? "" : "s", b->part->n_fallbacks == 1 ? "" : "s",
-            o.json ? "; the text report lists them" : ": listed at the end of the report");
+  warn_fallbacks(b->part, o.file, o.json ? "; the text report lists them" : NULL);
 
   if (!rc && o.dot) {
     sc_file_commit c;

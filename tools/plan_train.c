@@ -73,6 +73,35 @@ static void json_node_why(int32_t i, const char *node, const char *why) {
   printf("}");
 }
 
+/* --json: ", \"fallbacks\": {...}" with a mesh: what the partition asked
+ * to split and kept whole (sc_partition_print_fallbacks' list: the values
+ * not split, then the nodes computed whole), empty when nothing fell back. */
+static void json_fallbacks(const sc_partition *part) {
+  if (!part) return;
+  int32_t seeds = part->n_seed_fallbacks;
+  printf(",\n \"fallbacks\": {\"values\": %d, \"nodes\": %d, \"list\": [", (int)seeds,
+         (int)(part->n_fallbacks - seeds));
+  for (int32_t i = 0; i < part->n_fallbacks; i++) {
+    const sc_partition_fallback *f = &part->fallbacks[i];
+    printf("%s{\"node\": ", i ? ", " : "");
+    json_str(f->node);
+    printf(", \"op\": ");
+    json_str(f->op);
+    printf(", \"why\": ");
+    json_str(f->what);
+    printf("}");
+  }
+  printf("]}");
+}
+
+/* The text's last section (plan's, docs/cli.md): the fallbacks to
+ * replicated, when there are some. */
+static void print_fallbacks(const sc_partition *part) {
+  if (!part || !part->n_fallbacks) return;
+  printf("\n");
+  sc_partition_print_fallbacks(part, stdout, "");
+}
+
 static void row(const char *what, int64_t bytes, const char *note) {
   char b[32];
   sc_stats_format_bytes((double)bytes, b, sizeof b);
@@ -200,6 +229,7 @@ static int pipe_report(const sc_build *b, const sc_train_opts *t, bool json, boo
       printf("]}");
     }
     printf("]}");
+    json_fallbacks(part);
     print_predicted_json(b);
     printf("}\n");
     goto done;
@@ -272,6 +302,7 @@ static int pipe_report(const sc_build *b, const sc_train_opts *t, bool json, boo
       peak = r->arena + r->state + r->kept + r->outside;
   }
   sc_plan_print_predicted(dp, b->plan, sc_train_precision_name(t), peak);
+  print_fallbacks(part);
 done:
   for (int32_t q = 0; q < P; q++) sc_pipe_row_free(&rows[q]);
   sc_free(rows);
@@ -384,6 +415,7 @@ int sc_plan_train_report(const sc_build *b, const sc_train_opts *t, bool json, b
       }
       printf("], \"sent_per_rank\": %lld, \"psi_bytes\": %.0f, \"zero_figure\": %.6f",
              (long long)sent, psi, zero_figure(part));
+      json_fallbacks(part);
     }
     print_predicted_json(b);
     printf("}\n");
@@ -501,6 +533,7 @@ int sc_plan_train_report(const sc_build *b, const sc_train_opts *t, bool json, b
            (long long)sent, psi > 0 ? (double)sent / psi : 0.0, psi, zero_figure(part));
   }
   sc_plan_print_predicted(b->program, b->plan, prec, m.arena + m.constants + outside);
+  print_fallbacks(part);
   sc_free(cm);
   return 0;
 }

@@ -777,12 +777,6 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
   c->bubble_s = 0;
   double slots = 0; /* hand-off chain times the critical rank idles */
   if (c->pp > 1) {
-    /* interleaved: (pp - 1) slots too, not (pp - 1)/V: the simulated
-     * schedule (codegen/pipe_schedule.c) idles 0.62-0.96 of (pp - 1) whole
-     * microbatches at V = 2, 4 (below), and counting (pp - 1)/V made the
-     * search prefer interleaved plans the exact check then found slower
-     * (gpt_1p5b on h100-sxm:8x2: 47.3 ms chosen against zb-h1's 41.3) */
-    slots = (double)(c->pp - 1);
     /* the fill and drain pass a microbatch's forward and its backward
      * piece from rank to rank; the backward piece hands the input's
      * gradient on before the weight piece runs (the weight gradients and
@@ -790,22 +784,21 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
      * (codegen/pipe_schedule.c), and zero-bubble H1, which holds weight
      * pieces back to fill the waits, at M(F+B+W) + (P-1)(F+B) -
      * (min(M, P)-1)W: (P-1)(F+B-W) when M >= P (Qi et al. 2023;
-     * docs/planner.md, section 3). A chunk that recomputes has no weight pieces
-     * (its backward piece computes its weight gradients: ir/pipe.h), so
-     * under full recompute the chain carries them and zb-h1's lists are
-     * 1F1B's (the Megatron 145B at pp=12 fsdp=16: the same simulated
-     * step). Until 2026-12-06 every slot was a whole microbatch, F+B+W,
-     * and zb-h1 a third of it: the H100 462B (pp=16, M=64, 1F1B) had 2.82 s
-     * of bubble estimated against 0.82 s simulated */
+     * docs/planner.md, section 3). Interleaved (Megatron's order, V chunks
+     * a rank) passes chunk pieces, 1/V of the stage's: (P-1)(F+B)/V, its
+     * W pieces off the chain as 1F1B's (test_dist_sim's equal pieces: the
+     * simulated bubble within 0.002 of the step at V = 2, 4). A chunk that
+     * recomputes has no weight pieces (its backward piece computes its
+     * weight gradients: ir/pipe.h), so under full recompute the chain
+     * carries them and zb-h1's lists are 1F1B's (the Megatron 145B at
+     * pp=12 fsdp=16: the same simulated step). Until 2026-12-06 every slot
+     * was a whole microbatch, F+B+W, and zb-h1 a third of it: the H100
+     * 462B (pp=16, M=64, 1F1B) had 2.82 s of bubble estimated against
+     * 0.82 s simulated */
+    slots = (double)(c->pp - 1) / (V > 1 ? V : 1);
     double w = (double)Ls * t.block_weight + t.outside_weight, accum = e_pass - e_cast;
     double chain = fwd + bwd + re + e_pass;
-    /* interleaved: a microbatch's backward comes back to each rank V
-     * times, and the weight piece of one chunk runs before the backward
-     * piece of the next (its list: B then W), so the chain carries it:
-     * gpt_1p5b at pp=8, dp=2 (h100-sxm:8x2, batch 64, bf16) simulates
-     * 0.62-0.96 of (pp - 1) whole microbatches of bubble at V = 2, 4, M =
-     * 8-32, against 0.52 for 1F1B at M = 8 */
-    if (c->recompute != SC_SEARCH_RECOMPUTE_FULL && V <= 1) {
+    if (c->recompute != SC_SEARCH_RECOMPUTE_FULL) {
       chain -= w + accum;
       if (strcmp(c->schedule, "zb-h1") == 0) {
         double held = (double)(c->microbatches < c->pp ? c->microbatches : c->pp) - 1;

@@ -18,7 +18,8 @@
  * = 2 chunks of half the work (P-1)/(V·M+P-1), both within 0.002 (the
  * hand-offs' 3 us latencies against GEMMs of 2.7 ms a unit of 1000
  * batches); with the weight gradients apart (F = B = W), 1F1B idles
- * (P-1)(F+B). ZB-H1 for P = 2, 4, 8 and M = 1 .. 16 with F = B = W and F =
+ * (P-1)(F+B) and interleaved with V = 2 and 4 (P-1)(F+B)/V, the V-fold
+ * shorter fill and drain of Megatron's schedule. ZB-H1 for P = 2, 4, 8 and M = 1 .. 16 with F = B = W and F =
  * B = 2W idles (P-1)(F+B) - (min(M, P)-1)·W ((P-1)(F+B-W) when M >= P, Qi
  * et al.), within 0.002 of the step, and its step is at most 1F1B's. On
  * every rank the five terms sum to its finish (1e-9 relative), and the step
@@ -406,6 +407,18 @@ static void test_bubbles(void **state) {
   double want_1f1b = 2.0 * (P - 1) / (3.0 * M + 2.0 * (P - 1));
   printf("1f1b, W apart: bubble %.5f (formula %.5f)\n", split_1f1b, want_1f1b);
   assert_true(split_1f1b > want_1f1b - tol && split_1f1b < want_1f1b + tol);
+  /* interleaved with the weight gradients apart, V chunks of 1/V the
+   * work: the chain passes chunk B pieces only, as in 1F1B, and the
+   * bubble is (P-1)(F+B)/V of a step M(F+B+W) + (P-1)(F+B)/V (Megatron's
+   * (P-1)/(V·M), the W pieces not on it): 30 t for 1F1B, 27 t at V = 2,
+   * 25.5 t at V = 4 (P = 4, M = 8) */
+  for (int32_t V = 2; V <= 4; V += 2) {
+    const int64_t part[3] = {2000 / V, 2000 / V, 2000 / V};
+    double inter_w = bubble_fraction(SC_SCHEDULE_INTERLEAVED, P, V, M, part, &s);
+    double want_w = 2.0 * (P - 1) / V / (3.0 * M + 2.0 * (P - 1) / V);
+    printf("interleaved V=%d, W apart: bubble %.5f (formula %.5f)\n", (int)V, inter_w, want_w);
+    assert_true(inter_w > want_w - tol && inter_w < want_w + tol);
+  }
 }
 
 /* ZB-H1 (pipe_schedule.h) against 1F1B with the weight gradients apart, in

@@ -12,7 +12,11 @@
  * rank r is 1F1B's list with the weight piece of microbatch m moved to
  * right after the backward of min(m + r, M-1): r weight pieces held back at
  * most, min(r + 1, M) after its last backward (its step's timing:
- * test_dist_sim). Broken lists are refused with the reason: a backward before
+ * test_dist_sim). The interleaved lists' forwards and backwards are
+ * Megatron-LM's order, written out from its loop (warm-up count, chunk
+ * order, microbatches in groups of P) for P = 2..8, V = 2..4, M = 2P..4P
+ * (at M = P Megatron runs every forward first; these lists keep the
+ * warm-up formula). Broken lists are refused with the reason: a backward before
  * its forward on one rank, an action missing, one run twice, one on the
  * wrong rank, and a cycle between two ranks (each waits for the other's
  * later action), named in the message. Bad arguments: an interleaved
@@ -84,6 +88,75 @@ static void test_all_schedules(void **state) {
       }
     }
   assert_true(checked > 900);
+}
+
+/* Megatron-LM's interleaved 1F1B (schedules.py,
+ * forward_backward_pipelining_with_interleaving), written out from its
+ * loop: the k-th forward of rank r runs model chunk (k mod P·V) div P, the
+ * k-th backward chunk V-1 minus that, on microbatch (k div P·V)·P + k mod
+ * P (microbatches in groups of P); (P-r-1)·2 + (V-1)·P warm-up forwards
+ * (at most M·V), then a forward and a backward while forwards are left,
+ * then the backwards. Global chunk v·P + r. Megatron runs every forward
+ * first when M = P, which this list does not (its warm-up formula holds
+ * there too: the same bubble, a smaller stash; docs/training.md). */
+/* Appends "F<chunk>.<mb>" (or B) of Megatron's k-th forward or backward. */
+static void megatron_at(int32_t P, int32_t V, int32_t r, int32_t k, bool forward, char *out,
+                        size_t size, size_t *pos) {
+  int32_t v = (k % (P * V)) / P; /* get_model_chunk_id */
+  if (!forward) v = V - 1 - v;
+  int32_t mb = (k / (P * V)) * P + k % P; /* get_microbatch_id_in_model_chunk */
+  int w = snprintf(out + *pos, size - *pos, "%s%c%d.%d", *pos ? " " : "", forward ? 'F' : 'B',
+                   (int)(v * P + r), (int)mb);
+  assert_true(w > 0 && (size_t)w < size - *pos);
+  *pos += (size_t)w;
+}
+
+static void megatron_interleaved(int32_t P, int32_t V, int32_t M, int32_t r, char *out,
+                                 size_t size) {
+  int32_t total = M * V, warm = (P - r - 1) * 2 + (V - 1) * P;
+  if (warm > total) warm = total;
+  size_t pos = 0;
+  out[0] = 0;
+  for (int32_t k = 0; k < warm; k++) megatron_at(P, V, r, k, true, out, size, &pos);
+  for (int32_t k = 0; k < total - warm; k++) { /* the steady state */
+    megatron_at(P, V, r, k + warm, true, out, size, &pos);
+    megatron_at(P, V, r, k, false, out, size, &pos);
+  }
+  for (int32_t k = total - warm; k < total; k++) megatron_at(P, V, r, k, false, out, size, &pos);
+}
+
+static void test_interleaved_megatron(void **state) {
+  (void)state;
+  char want[8192], got[8192];
+  int checked = 0;
+  for (int32_t P = 2; P <= 8; P++)
+    for (int32_t V = 2; V <= 4; V++)
+      for (int32_t M = 2 * P; M <= 4 * P; M += P)
+        for (int32_t r = 0; r < P; r++) {
+          sc_pipe_action *a = NULL;
+          int32_t n = 0;
+          sc_diag d;
+          sc_diag_clear(&d);
+          assert_int_equal(sc_pipe_schedule(SC_SCHEDULE_INTERLEAVED, P, V, M, r, &a, &n, &d),
+                           SC_OK);
+          size_t pos = 0;
+          got[0] = 0;
+          for (int32_t i = 0; i < n; i++) { /* forwards and backwards, in order */
+            if (a[i].phase != SC_PIPE_FORWARD && a[i].phase != SC_PIPE_BACKWARD) continue;
+            char name[32];
+            int w = snprintf(got + pos, sizeof got - pos, "%s%s", pos ? " " : "",
+                             sc_pipe_action_name(&a[i], name, sizeof name));
+            assert_true(w > 0 && (size_t)w < sizeof got - pos);
+            pos += (size_t)w;
+          }
+          sc_free(a);
+          megatron_interleaved(P, V, M, r, want, sizeof want);
+          if (strcmp(got, want) != 0)
+            fail_msg("P %d V %d M %d rank %d:\n  list     %s\n  Megatron %s", (int)P, (int)V,
+                     (int)M, (int)r, got, want);
+          checked++;
+        }
+  assert_int_equal(checked, 3 * (2 * 3 + 3 * 3 + 4 * 3 + 5 * 3 + 6 * 3 + 7 * 3 + 8 * 3));
 }
 
 /* ZB-H1 for P = 1..8, M = 1..32: rank r's list is 1F1B's with each W
@@ -223,6 +296,7 @@ static void test_bad_arguments(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_all_schedules),
+      cmocka_unit_test(test_interleaved_megatron),
       cmocka_unit_test(test_zb_h1),
       cmocka_unit_test(test_broken),
       cmocka_unit_test(test_bad_arguments),

@@ -446,13 +446,15 @@ static void test_pipeline_bubble(void **state) {
   assert_int_equal(sc_search_estimate(&bm, &o, &full, &d), SC_OK);
   assert_int_equal(sc_search_estimate(&bm, &o, &zb_full, &d), SC_OK);
   assert_true(fabs(full.bubble_s - zb_full.bubble_s) <= 1e-12 * full.bubble_s);
-  /* interleaved: (pp - 1) slots of a whole chunk chain, as the simulated
-   * schedule idles (not (pp - 1)/V): never below 1F1B's bubble */
+  /* interleaved (Megatron's order): (pp - 1) chunk slots, (pp - 1)/V of
+   * 1F1B's stage slots, each chunk with its two hand-offs (V times a
+   * stage's: slightly more than half of 1F1B's bubble at V = 2) */
   sc_search_cand il = c;
   il.schedule = "interleaved";
   il.virtual_stages = 2;
   assert_int_equal(sc_search_estimate(&bm, &o, &il, &d), SC_OK);
-  assert_true(il.bubble_s >= c.bubble_s && il.bubble_s < 3 * mb * 1.2);
+  printf("bubble: 1f1b %.6g s, interleaved V=2 %.6g s\n", c.bubble_s, il.bubble_s);
+  assert_true(il.bubble_s >= c.bubble_s / 2 && il.bubble_s < c.bubble_s * 0.6);
   /* sequence parallelism hands on the rank's shard of the stream */
   sc_search_cand tp = c, sp;
   tp.tp = 2;

@@ -1,5 +1,6 @@
 """plan/train_bf16_tp.test: the bf16 step at tp=2 (argv[2]) has the fp32 step's
-(argv[1]) parameter bytes and collective counts and, when the bf16 step on
+(argv[1]) parameter bytes, collective counts and fallbacks to replicated
+(as many values not split and nodes computed whole) and, when the bf16 step on
 one rank is given (argv[3]), half its parameters, to within the replicated
 norms and biases (1 %: GPT-1.5B's; the small GPT-2 sample's replicated
 embedding and norms are more, so it is compared with fp32 only)."""
@@ -14,6 +15,10 @@ if bf16["live"]["params"] != f32["live"]["params"]:
     ok = False
 if count(bf16) != count(f32) or not count(bf16):
     print("collectives: bf16 %s, fp32 %s" % (count(bf16), count(f32)))
+    ok = False
+fallbacks = lambda r: (r["fallbacks"]["values"], r["fallbacks"]["nodes"])  # noqa: E731
+if fallbacks(bf16) != fallbacks(f32):
+    print("fallbacks (values, nodes): bf16 %s, fp32 %s" % (fallbacks(bf16), fallbacks(f32)))
     ok = False
 if len(sys.argv) > 3:
     half = bf16["live"]["params"] / json.load(open(sys.argv[3]))["live"]["params"]
