@@ -692,13 +692,17 @@ static sc_status time_coll(int n, int kind, int64_t count, int reps, sc_profile_
 
 /* ---- ranks that compute and meet (profile.h: sync) ---- */
 
-enum { SYNC_FLOATS = 16384, SYNC_SHORT = 8, SYNC_LONG = 32, SYNC_ROUNDS = 8, SYNC_ITERS = 60,
-       SYNC_ITERS_QUICK = 15 };
+/* The chains: 8 Adds run once, 32 run 4 and 16 times (128 and 512 Adds
+ * of compute between meetings; two programs compiled, not a 512-step one
+ * per rank) */
+enum { SYNC_FLOATS = 16384, SYNC_SHORT = 8, SYNC_LONG = 32, SYNC_LENGTHS = 3, SYNC_ROUNDS = 8,
+       SYNC_ITERS = 60, SYNC_ITERS_QUICK = 15 };
 
 typedef struct sync_job {
   sc_comm *comm;   /* NULL: alone, no collective */
   timed_prog prog; /* its own session of the work program */
   int iters;       /* timed iterations, <= SYNC_ITERS */
+  int runs;        /* of the program a round */
   float buf[2 * MAX_GROUP * 16];
   double seconds;  /* median of its iterations' times, over SYNC_ROUNDS */
   double cpu_s;    /* the same of the calling thread's CPU time in the runs */
@@ -719,7 +723,7 @@ static void *sync_main(void *arg) {
     double t0 = now_s(), in_runs = 0;
     for (int r = 0; r < SYNC_ROUNDS && j->st == SC_OK; r++) {
       double c0 = thread_cpu_s();
-      if (j->prog.s)
+      for (int k = 0; j->prog.s && k < j->runs && j->st == SC_OK; k++)
         j->st = sc_session_run(j->prog.s, j->prog.in, j->prog.n_in, outs, j->prog.n_out, &d);
       in_runs += thread_cpu_s() - c0;
       if (j->st == SC_OK && j->comm)
@@ -737,16 +741,17 @@ static void *sync_main(void *arg) {
   return NULL;
 }
 
-/* The seconds of a round of `links` Adds (chain_text over SYNC_FLOATS
- * floats) on n thread-ranks, each with the profile's threads, each round
- * ending in an all-reduce of 16 floats a rank: an iteration is
- * SYNC_ROUNDS rounds (the meetings of a short training step), its time
- * over the rounds, the median of SYNC_ITERS (quick: SYNC_ITERS_QUICK)
- * iterations after one, the
- * slowest rank's (*out); *cpu the ranks' mean of the same statistic of
- * the CPU time their calling threads spent in the chain's runs; n = 1:
- * the program alone, no collective; links = 0: the collective alone. */
-static sc_status time_sync(ctx *c, int n, int links, double *out, double *cpu, sc_diag *d) {
+/* The seconds of a round of `runs` runs of a chain of `links` Adds
+ * (chain_text over SYNC_FLOATS floats) on n thread-ranks, each with the
+ * profile's threads, each round ending in an all-reduce of 16 floats a
+ * rank: an iteration is SYNC_ROUNDS rounds (the meetings of a short
+ * training step), its time over the rounds, the median of SYNC_ITERS
+ * (quick: SYNC_ITERS_QUICK) iterations after one, the slowest rank's
+ * (*out); *cpu the ranks' mean of the same statistic of the CPU time
+ * their calling threads spent in the chain's runs; n = 1: the program
+ * alone, no collective; links = 0: the collective alone. */
+static sc_status time_sync(ctx *c, int n, int links, int runs, double *out, double *cpu,
+                           sc_diag *d) {
   char *text = links > 0 ? chain_text(links, SYNC_FLOATS) : NULL;
   if (links > 0 && !text) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
   sc_comm *comms[MAX_GROUP] = {0};
@@ -758,6 +763,7 @@ static sc_status time_sync(ctx *c, int n, int links, double *out, double *cpu, s
   for (; st == SC_OK && opened < n; opened++) {
     jobs[opened].comm = comms[opened];
     jobs[opened].iters = c->o->quick ? SYNC_ITERS_QUICK : SYNC_ITERS;
+    jobs[opened].runs = runs;
     if (text) st = prog_open(text, false, c->tg, &jobs[opened].prog, d);
   }
   for (; st == SC_OK && started < n; started++)
@@ -783,55 +789,88 @@ static sc_status time_sync(ctx *c, int n, int links, double *out, double *cpu, s
   return st;
 }
 
-/* For each group of 2..hi ranks: the program alone and on n ranks at two
- * lengths, and the all-reduce alone (back-to-back rounds). stretch: the
- * cores' share (n x threads over the cores, when more) times the ratio of
- * the long chain's CPU time on n ranks to alone (the caches' and memory
- * bus's share: CPU time, which other processes' time-slices do not
- * lengthen), at least 1; call_s: the wall-clock excess over the chain
- * alone, stretched, and the collective alone, the mean of the two
- * lengths'. Only for the rank counts the runtime gives the profile's
- * threads each (sc_profile_rank_threads): n ranks of more threads than
- * that are never run, and their figures are not what a step does (on 2
- * cores, 2 ranks of 2 threads measured a CPU-time ratio of 57 and a
- * negative call cost: each calling thread's CPU time counts its wait for
- * its pool's other thread, time-sliced away). */
+/* For each group of 2..hi ranks: the program alone and on n ranks at
+ * three lengths, and the all-reduce alone (back-to-back rounds).
+ * stretch: the cores' share (n x threads over the cores, when more)
+ * times the ratio of the long chain's CPU time on n ranks to alone (the
+ * caches' and memory bus's share: CPU time, which other processes'
+ * time-slices do not lengthen), at least 1. The wall-clock excess a
+ * round over the chain alone (its CPU time), stretched, and the
+ * collective alone, at the short length (a few us of compute between
+ * meetings) and the long one (~90 us, the sample's longest stretches
+ * between a step's meetings): call_s + call_per_compute x the stretched
+ * chain is the line through the two (slope in [0, n - 1]: a meeting
+ * waits at most for the other ranks' compute in turn; slope 0: call_s
+ * their mean), its compute term at most call_max_s, the excess after the
+ * longest chain (~360 us: the scheduler has parted ranks that shared a
+ * core by then) less call_s (0, no cap, when the line stays below it).
+ * Only for the rank counts the runtime gives the profile's threads each
+ * (sc_profile_rank_threads): n ranks of more threads than that are never
+ * run, and their figures are not what a step does (on 2 cores, 2 ranks
+ * of 2 threads measured a CPU-time ratio of 57 and a negative call cost:
+ * each calling thread's CPU time counts its wait for its pool's other
+ * thread, time-sliced away). */
 static sc_status measure_sync(ctx *c, int hi, sc_diag *d) {
-  static const int LINKS[2] = {SYNC_SHORT, SYNC_LONG};
-  double alone[2], alone_cpu[2], unused;
+  static const int LINKS[SYNC_LENGTHS] = {SYNC_SHORT, SYNC_LONG, SYNC_LONG},
+                   RUNS[SYNC_LENGTHS] = {1, 4, 16};
+  double alone[SYNC_LENGTHS], alone_cpu[SYNC_LENGTHS], unused;
   bool timed_alone = false;
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   int64_t threads = c->p->threads > 0 ? c->p->threads : 1;
   for (int n = 2; n <= hi && c->p->n_sync < SC_PROFILE_MAX_SYNC; n++) {
-    double coll = 0, t[2], cpu[2];
+    double coll = 0, t[SYNC_LENGTHS], cpu[SYNC_LENGTHS];
     /* n ranks of the profile's threads are not what the runtime runs: no row */
     if (sc_profile_rank_threads(cores, n) != threads) {
       note(c, "sync %d ranks: no row (%lld thread(s) a rank at that count, not %lld)\n", n,
            (long long)sc_profile_rank_threads(cores, n), (long long)threads);
       continue;
     }
-    for (int w = 0; !timed_alone && w < 2; w++)
-      TRY(time_sync(c, 1, LINKS[w], &alone[w], &alone_cpu[w], d));
+    for (int w = 0; !timed_alone && w < SYNC_LENGTHS; w++)
+      TRY(time_sync(c, 1, LINKS[w], RUNS[w], &alone[w], &alone_cpu[w], d));
     timed_alone = true;
-    TRY(time_sync(c, n, 0, &coll, &unused, d));
-    for (int w = 0; w < 2; w++) {
-      TRY(time_sync(c, n, LINKS[w], &t[w], &cpu[w], d));
-      note(c, "sync %d ranks, %2d steps: %8.2f us a round, %.2f us CPU (alone %.2f us, %.2f us "
-              "CPU; the all-reduce alone %.2f us)\n", n, LINKS[w], t[w] * 1e6, cpu[w] * 1e6,
-           alone[w] * 1e6, alone_cpu[w] * 1e6, coll * 1e6);
+    TRY(time_sync(c, n, 0, 0, &coll, &unused, d));
+    for (int w = 0; w < SYNC_LENGTHS; w++) {
+      TRY(time_sync(c, n, LINKS[w], RUNS[w], &t[w], &cpu[w], d));
+      note(c, "sync %d ranks, %3d steps: %8.2f us a round, %.2f us CPU (alone %.2f us, %.2f us "
+              "CPU; the all-reduce alone %.2f us)\n", n, LINKS[w] * RUNS[w], t[w] * 1e6,
+           cpu[w] * 1e6, alone[w] * 1e6, alone_cpu[w] * 1e6, coll * 1e6);
     }
     double ranks_threads = (double)n * (double)(c->p->threads > 0 ? c->p->threads : 1);
     double share = cores > 0 && ranks_threads > (double)cores ? ranks_threads / (double)cores : 1;
     double stretch = alone_cpu[1] > 0 ? share * cpu[1] / alone_cpu[1] : share;
     if (!(stretch >= 1)) stretch = 1; /* computing beside others is never faster */
     if (stretch > SC_PROFILE_MAX_STRETCH) stretch = SC_PROFILE_MAX_STRETCH;
-    double call = 0;
-    for (int w = 0; w < 2; w++) call += 0.5 * (t[w] - stretch * alone[w] - coll);
+    /* the excess a meeting, against the compute before it: the line
+       through the short and long chains' (no slope below 0; then their
+       mean), its compute term at most the longest chain's excess over
+       the short one's */
+    double gap[SYNC_LENGTHS], excess[SYNC_LENGTHS];
+    for (int w = 0; w < SYNC_LENGTHS; w++) { /* alone: its CPU time, which others' slices
+                                                 do not lengthen */
+      gap[w] = stretch * alone_cpu[w];
+      excess[w] = t[w] - gap[w] - coll;
+    }
+    double slope = gap[1] > gap[0] ? (excess[1] - excess[0]) / (gap[1] - gap[0]) : 0;
+    if (!(slope > 0)) slope = 0;
+    /* a meeting waits at most for the other n - 1 ranks' compute, taken
+       in turn: more is other processes' time-slices */
+    if (slope > n - 1) slope = n - 1;
+    double call = slope > 0 ? excess[0] - slope * gap[0] : 0.5 * (excess[0] + excess[1]);
     sc_profile_sync *y = &c->p->sync[c->p->n_sync++];
     y->ranks = n;
     y->stretch = stretch;
     y->call_s = floored(c, call, "sync call");
-    note(c, "sync %d ranks: %.2f us a call, compute x %.3f\n", n, y->call_s * 1e6, y->stretch);
+    y->call_per_compute = slope;
+    y->call_max_s = 0;
+    if (slope > 0) {
+      double cap = excess[2] - y->call_s;
+      if (cap < slope * gap[0]) cap = slope * gap[0]; /* never below the short chain's */
+      y->call_max_s = slope * gap[2] > cap ? floored(c, cap, "sync call cap") : 0;
+    }
+    char cap[48] = "";
+    if (y->call_max_s > 0) snprintf(cap, sizeof cap, " (at most %.2f us)", y->call_max_s * 1e6);
+    note(c, "sync %d ranks: %.2f us a call + %.3f x the compute before it%s, compute x %.3f\n", n,
+         y->call_s * 1e6, y->call_per_compute, cap, y->stretch);
   }
   return SC_OK;
 }

@@ -122,7 +122,8 @@ def profile(a, threads):
         # the planner uses a row only where the runtime gives that many ranks
         # the profile's threads (an older calibrate wrote the others too)
         unused = threads_for(y["ranks"]) != p["device"]["threads"]
-        print(f"  sync {y['ranks']} ranks: {y['call_s'] * 1e6:.2f} us a meeting, compute "
+        print(f"  sync {y['ranks']} ranks: {y['call_s'] * 1e6:.2f} us a meeting + "
+              f"{y.get('call_per_compute', 0):.3f} x the compute before it, compute "
               f"x {y['stretch']:.3f}" + (f" (not used: {y['ranks']} ranks get "
                                          f"{threads_for(y['ranks'])} thread(s) a rank)"
                                          if unused else ""))

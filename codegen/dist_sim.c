@@ -465,6 +465,41 @@ static sc_status copy_time(const sc_cluster *c, double bytes, double *s, sc_diag
   return sc_cost_memory_time(c, 2 * bytes, s, d); /* read and written */
 }
 
+/* Whether step x of a table is a meeting of thread-ranks: a collective
+ * among more than one rank (its COMM step, costed by collective_time). */
+static bool meeting(const sc_step *x, const step_cost *t) {
+  return x->kind == SC_STEP_COMM && t->term == T_COMM && t->bytes > 0 && x->comm.group_size > 1;
+}
+
+/* A computation step's time on the compute queue, else 0. */
+static double computed(const sc_step *x, const step_cost *t) {
+  return x->kind == SC_STEP_COMM || x->kind == SC_STEP_WAIT || x->kind == SC_STEP_COPY ? 0 : t->s;
+}
+
+/* What a meeting adds for the compute before it (profile.h sync rows'
+ * call_per_compute and call_max_s; docs/planner.md, "Ranks that compute
+ * and meet"): the computation steps since the program's previous
+ * meeting, in program order, the first meeting's counted from the last
+ * one of the run before (the program runs over and over). */
+static void add_meeting_drift(const sc_dist_program *dp, const sc_program *p,
+                              const sc_cluster *c, step_cost *tab) {
+  if (!(sc_cluster_sync_call_drift(c, dp->mesh.n_ranks, 1) > 0)) return;
+  double since = 0; /* the run's tail: compute after its last meeting */
+  for (int32_t k = 0; k < p->n_steps; k++) {
+    const sc_step *x = &p->steps[k];
+    since = meeting(x, &tab[k]) ? 0 : since + computed(x, &tab[k]);
+  }
+  for (int32_t k = 0; k < p->n_steps; k++) {
+    const sc_step *x = &p->steps[k];
+    if (meeting(x, &tab[k])) {
+      tab[k].s += sc_cluster_sync_call_drift(c, dp->mesh.n_ranks, since);
+      since = 0;
+    } else {
+      since += computed(x, &tab[k]);
+    }
+  }
+}
+
 static sc_status stage_table(const sc_dist_program *dp, int32_t s, const sc_cluster *c,
                              groups *g, step_cost *tab, sc_diag *d) {
   const sc_program *p = dp->stages[s].program;
@@ -530,6 +565,7 @@ static sc_status stage_table(const sc_dist_program *dp, int32_t s, const sc_clus
       st = sc_diag_set(d, inner.status, x->origin, NULL, "stage %d, step %d: %s", s, k, inner.msg);
   }
   sc_free(opt);
+  if (st == SC_OK) add_meeting_drift(dp, p, c, tab);
   if (st == SC_OK && trace_steps()) /* SHARDC_SIM_STEPS: the table, for SHARDC_PROFILE's */
     for (int32_t k = 0; k < p->n_steps; k++) {
       const sc_step *x = &p->steps[k];

@@ -303,6 +303,13 @@ double sc_cluster_sync_call_s(const sc_cluster *c, int64_t ranks) {
   return y ? y->call_s : 0;
 }
 
+double sc_cluster_sync_call_drift(const sc_cluster *c, int64_t ranks, double computed) {
+  const sc_profile_sync *y = sync_row(c, ranks);
+  if (!y || !(computed > 0)) return 0;
+  double s = y->call_per_compute * computed;
+  return y->call_max_s > 0 && s > y->call_max_s ? y->call_max_s : s;
+}
+
 static sc_status preset_usage(sc_diag *d, const char *spec, const char *why) {
   char names[256] = "";
   for (int i = 0; sc_cluster_preset_names[i]; i++) {

@@ -140,6 +140,12 @@ double sc_cluster_core_share_busy(const sc_cluster *c, double busy);
  * many ranks, else 0 (and 0 for a cluster whose ranks have devices of
  * their own). */
 double sc_cluster_sync_call_s(const sc_cluster *c, int64_t ranks);
+/* The seconds a collective among `ranks` thread-ranks adds for `computed`
+ * seconds each rank computed since its previous one (the ranks drift
+ * apart, and share a core until the scheduler parts them): the sync
+ * row's call_per_compute x computed, at most its call_max_s (when
+ * present), else 0, as sc_cluster_sync_call_s. */
+double sc_cluster_sync_call_drift(const sc_cluster *c, int64_t ranks, double computed);
 /* Whether c's devices are GPUs (not cpu:local, whose device is "cpu"):
  * its plans are made for the CUDA device. */
 bool sc_cluster_is_gpu(const sc_cluster *c);

@@ -171,10 +171,18 @@ static sc_status read_comm(json_t *o, const char *path, sc_profile_comm *c, sc_d
 
 static sc_status read_sync(json_t *o, const char *path, sc_profile_sync *y, sc_diag *d) {
   if (!json_is_object(o)) return sc_json_bad(d, SC_ERR_PARSE, WHAT, path, "must be an object");
-  static const char *const k[] = {"ranks", "call_s", "stretch", NULL};
+  static const char *const k[] = {"ranks",      "call_s", "call_per_compute",
+                                  "call_max_s", "stretch", NULL};
   TRY(sc_json_only_keys(o, WHAT, path, k, d));
   TRY(get_ranks(o, path, "ranks", &y->ranks, d));
   TRY(get_range(o, path, "call_s", MIN_S, MAX_S, &y->call_s, d));
+  y->call_per_compute = 0; /* optional: a constant call cost */
+  if (json_object_get(o, "call_per_compute"))
+    TRY(get_range(o, path, "call_per_compute", MIN_S, SC_PROFILE_MAX_CALL_PER_COMPUTE,
+                  &y->call_per_compute, d));
+  y->call_max_s = 0; /* optional: no cap */
+  if (json_object_get(o, "call_max_s"))
+    TRY(get_range(o, path, "call_max_s", MIN_S, MAX_S, &y->call_max_s, d));
   return get_range(o, path, "stretch", 1, SC_PROFILE_MAX_STRETCH, &y->stretch, d);
 }
 
@@ -377,9 +385,14 @@ sc_status sc_profile_write_json(const sc_profile *p, FILE *f, sc_diag *d) {
   fprintf(f, "]");
   if (p->n_sync > 0) {
     fprintf(f, ",\n \"sync\": [");
-    for (int32_t i = 0; i < p->n_sync; i++)
-      fprintf(f, "%s\n  {\"ranks\": %lld, \"call_s\": %.17g, \"stretch\": %.17g}", i ? "," : "",
-              (long long)p->sync[i].ranks, p->sync[i].call_s, p->sync[i].stretch);
+    for (int32_t i = 0; i < p->n_sync; i++) {
+      const sc_profile_sync *y = &p->sync[i];
+      fprintf(f, "%s\n  {\"ranks\": %lld, \"call_s\": %.17g, ", i ? "," : "",
+              (long long)y->ranks, y->call_s);
+      if (y->call_per_compute > 0) fprintf(f, "\"call_per_compute\": %.17g, ", y->call_per_compute);
+      if (y->call_max_s > 0) fprintf(f, "\"call_max_s\": %.17g, ", y->call_max_s);
+      fprintf(f, "\"stretch\": %.17g}", y->stretch);
+    }
     fprintf(f, "]");
   }
   if (p->calibrate_s > 0) fprintf(f, ",\n \"calibrate_s\": %.17g", p->calibrate_s);

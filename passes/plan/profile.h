@@ -63,6 +63,8 @@ enum {
 #define SC_PROFILE_MAX_BW 1e16   /* bytes/s: 2,000x an H200's HBM (4.8e12) */
 #define SC_PROFILE_MAX_STRETCH 1e3 /* a sync row's compute factor: MAX_RANKS'
                                       ranks time-sliced on 64 cores */
+#define SC_PROFILE_MAX_CALL_PER_COMPUTE 10 /* a sync row's meeting seconds per
+                                              second computed before it */
 
 typedef struct sc_profile_gemm {
   int64_t m, n, k;          /* one product C[m,n] = op(A)[m,k] op(B)[k,n] */
@@ -131,14 +133,21 @@ typedef struct sc_profile_attention {
  * the back-to-back collective. stretch: how many times slower each rank
  * computes than alone while all compute (time-slicing when ranks
  * outnumber the cores, times the ratio of the program's CPU time beside
- * the others to alone: the caches' and memory bus's share); call_s: the
- * rest of the excess, what each meeting adds (a waiting rank's wake-up,
- * the ranks' drift apart between meetings). One row a rank count,
- * distinct. */
+ * the others to alone: the caches' and memory bus's share); the rest of
+ * the excess is what each meeting adds (a waiting rank's wake-up, the
+ * ranks' drift apart between meetings), call_s + call_per_compute x the
+ * (stretched) compute since the rank's previous meeting, that term at
+ * most call_max_s: the line through the excess after a short and a
+ * longer program, capped by the excess after a long one. One row a rank
+ * count, distinct. */
 typedef struct sc_profile_sync {
-  int64_t ranks;  /* thread-ranks, >= 2 */
-  double call_s;  /* seconds added to each collective or hand-off */
-  double stretch; /* compute time factor, >= 1 */
+  int64_t ranks;           /* thread-ranks, >= 2 */
+  double call_s;           /* seconds added to each collective or hand-off */
+  double call_per_compute; /* seconds added to a collective per second
+                              computed since the previous one; 0: absent */
+  double call_max_s;       /* at most this many by call_per_compute's term
+                              (the excess after a long stretch); 0: absent */
+  double stretch;          /* compute time factor, >= 1 */
 } sc_profile_sync;
 
 typedef struct sc_profile {

@@ -77,6 +77,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     SC_ASSERT(y->ranks >= 2 && sc_profile_find_sync(&p, y->ranks) == y); /* one a count */
     check_figure(y->call_s);
     SC_ASSERT(isfinite(y->stretch) && y->stretch >= 1 && y->stretch <= SC_PROFILE_MAX_STRETCH);
+    SC_ASSERT(y->call_per_compute == 0 || (y->call_per_compute >= SC_PROFILE_MIN_S &&
+                                           y->call_per_compute <= SC_PROFILE_MAX_CALL_PER_COMPUTE));
+    SC_ASSERT(y->call_max_s == 0 || (y->call_max_s >= SC_PROFILE_MIN_S &&
+                                     y->call_max_s <= SC_PROFILE_MAX_S));
   }
   /* written and read back: the same bits */
   char *text = NULL;

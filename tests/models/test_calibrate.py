@@ -154,13 +154,19 @@ def main():
             # 2..max_ranks whose ranks the runtime gives the profile's
             # threads (max(1, cores // R)), a positive call cost under 10
             # ms (a sanity bound), a compute factor of at least 1 (never
-            # faster than alone)
+            # faster than alone); when written, a cost per second computed
+            # before the meeting of at most R - 1 (waiting for every other
+            # rank's compute in turn) and its cap under 10 ms
             sync = {y["ranks"]: y for y in p.get("sync", [])}
             want = {n for n in range(2, c["max_ranks"] + 1) if max(1, cores // n) == t2}
             check(2 in want and set(sync) == want, f"sync rows {sorted(sync)}, want {sorted(want)}")
             for y in sync.values():
-                check(set(y) == {"ranks", "call_s", "stretch"} and positive(y["call_s"]) and
-                      y["call_s"] < 1e-2 and 1 <= y["stretch"] <= 1e3, f"sync {y}")
+                check({"ranks", "call_s", "stretch"} <= set(y) <=
+                      {"ranks", "call_s", "call_per_compute", "call_max_s", "stretch"} and
+                      positive(y["call_s"]) and y["call_s"] < 1e-2 and
+                      1 <= y["stretch"] <= 1e3 and
+                      0 < y.get("call_per_compute", 1) <= y["ranks"] - 1 and
+                      0 < y.get("call_max_s", 1e-3) < 1e-2, f"sync {y}")
         check(positive(p["calibrate_s"]) and p["calibrate_s"] <= took + 1,
               f"calibrate_s {p['calibrate_s']} against {took:.1f} s measured outside")
         for k, v in (("GEMM rows", len(p["gemm"])), ("memory GB/s", bw / 1e9),

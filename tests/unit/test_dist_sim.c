@@ -32,7 +32,10 @@
  * An async all-reduce under SC_ASYNC_INLINE_BYTES started with nothing in
  * flight on its queue runs on a CPU rank's compute thread (test_inline_start,
  * runtime/session.c): the step waits for all of it; at 64 KiB, behind
- * another start, or on a GPU it hides behind the GEMM after it. */
+ * another start, or on a GPU it hides behind the GEMM after it.
+ *
+ * A profile's sync row with call_per_compute lengthens each meeting by
+ * that rate times the compute since the one before (test_meeting_drift). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -675,6 +678,46 @@ static void test_inline_start(void **state) {
   }
 }
 
+/* A profile's sync row with call_per_compute: each meeting of thread-ranks
+ * costs that many seconds more per second computed since the previous
+ * one (program() over tp=8, one synchronous all-reduce a run: its gap is
+ * the GEMM and check before it and the two GEMMs after it in the run
+ * before, the whole run's compute), so the step grows by the rate times
+ * the compute, or by call_max_s a meeting when that is less; no row for
+ * the mesh's rank count, no change. */
+static void test_meeting_drift(void **state) {
+  (void)state;
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  sc_cluster c = preset("h100-sxm:8x1");
+  snprintf(c.device_name, sizeof c.device_name, "cpu"); /* thread-ranks' sessions */
+  c.host_cores = 8;
+  c.profile.threads = 1; /* what each of 8 ranks gets on 8 cores */
+  c.profile.n_sync = 1;
+  c.profile.sync[0] = (sc_profile_sync){.ranks = 8, .call_s = 1e-12, .stretch = 1};
+  sc_dist_program *dp = program(&c, false);
+  sc_dist_sim base, drift;
+  assert_int_equal(sc_dist_sim_run(dp, &c, &base, &d), SC_OK);
+  c.profile.sync[0].call_per_compute = 0.5;
+  assert_int_equal(sc_dist_sim_run(dp, &c, &drift, &d), SC_OK);
+  check_terms(&drift);
+  const sc_dist_sim_rank *r = &drift.ranks[0];
+  assert_true(r->compute_s > 0);
+  assert_close(r->compute_s, base.ranks[0].compute_s);
+  assert_close(drift.step_time_s - base.step_time_s, 0.5 * r->compute_s);
+  assert_close(r->comm[0].busy_s - base.ranks[0].comm[0].busy_s, 0.5 * r->compute_s);
+  c.profile.sync[0].call_max_s = 1e-6; /* the term capped: 1 us a meeting, two runs */
+  sc_dist_sim capped;
+  assert_int_equal(sc_dist_sim_run(dp, &c, &capped, &d), SC_OK);
+  assert_true(0.5 * r->compute_s > 2e-6);
+  assert_close(capped.step_time_s - base.step_time_s, 2e-6);
+  c.profile.sync[0].ranks = 4; /* a row for another rank count: not used */
+  sc_dist_sim other;
+  assert_int_equal(sc_dist_sim_run(dp, &c, &other, &d), SC_OK);
+  assert_true(other.step_time_s < drift.step_time_s);
+  sc_dist_program_destroy(dp);
+}
+
 /* The CPU's kernel features (sc_dist_kernel_features) of two hand-built
  * kernels, and their time through a profile's kernel model. */
 static void test_kernel_features(void **state) {
@@ -809,6 +852,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_fp8_rate),
       cmocka_unit_test(test_overlap),
+      cmocka_unit_test(test_meeting_drift),
       cmocka_unit_test(test_terms),
       cmocka_unit_test(test_bubbles),
       cmocka_unit_test(test_zero_bubble),

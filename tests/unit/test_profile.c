@@ -46,7 +46,8 @@ static const char GOOD[] =
     "  {\"dtype\": \"fp32\", \"grad\": true, \"row_s\": 1e-9, \"score_s\": 4e-9, \"mac_s\": 3e-10}],\n"
     " \"comms\": [{\"name\": \"local\", \"max_ranks\": 4, \"latency_s\": 1e-5, "
     "\"bandwidth_bytes_per_s\": 5e9, \"overhead_s\": 2e-6}],\n"
-    " \"sync\": [{\"ranks\": 2, \"call_s\": 2.5e-5, \"stretch\": 1.25},\n"
+    " \"sync\": [{\"ranks\": 2, \"call_s\": 2.5e-5, \"call_per_compute\": 0.25, "
+    "\"call_max_s\": 2e-5, \"stretch\": 1.25},\n"
     "  {\"ranks\": 4, \"call_s\": 6e-5, \"stretch\": 2.5}],\n"
     " \"calibrate_s\": 3.5}";
 
@@ -109,6 +110,10 @@ static void test_reads_good(void **state) {
   assert_null(sc_profile_find_sync(&p, 3));
   assert_close(p.sync[0].call_s, 2.5e-5);
   assert_close(p.sync[1].stretch, 2.5);
+  assert_close(p.sync[0].call_per_compute, 0.25);
+  assert_true(p.sync[1].call_per_compute == 0); /* absent: a constant call cost */
+  assert_close(p.sync[0].call_max_s, 2e-5);
+  assert_true(p.sync[1].call_max_s == 0);
 
   assert_reads_back(&p);
 }
@@ -180,6 +185,11 @@ static void test_hostile(void **state) {
       {"\"stretch\": 1.25", "\"stretch\": 0.5", "'sync[0].stretch' must be in [1, 1000]"},
       {"\"call_s\": 2.5e-5", "\"call_s\": 0", "'sync[0].call_s' must be"},
       {"\"call_s\": 2.5e-5, ", "", "'sync[0].call_s' is missing"},
+      {"\"call_per_compute\": 0.25", "\"call_per_compute\": 11",
+       "'sync[0].call_per_compute' must be in"},
+      {"\"call_per_compute\": 0.25", "\"call_per_compute\": 0",
+       "'sync[0].call_per_compute' must be positive"},
+      {"\"call_max_s\": 2e-5", "\"call_max_s\": -1", "'sync[0].call_max_s' must be positive"},
       {"\"stretch\": 2.5}", "\"stretch\": 2.5, \"x\": 1}", "unknown key 'sync[1].x'"},
       {"\"sync\": [{", "\"sync\": {\"a\": [{", "line"},
       {"\"sync\": [{", "\"sync\": [7, {", "'sync[0]' must be an object"},
@@ -352,6 +362,11 @@ static void test_known_times(void **state) {
   assert_close(sc_cluster_core_share(&c, 4), 2.5);
   assert_close(sc_cluster_core_share(&c, 3), 1.5);
   assert_close(sc_cluster_sync_call_s(&c, 2), 2.5e-5);
+  /* 0.25 s a second computed, at most 20 us */
+  assert_close(sc_cluster_sync_call_drift(&c, 2, 4e-5), 1e-5);
+  assert_close(sc_cluster_sync_call_drift(&c, 2, 1e-3), 2e-5);
+  assert_true(sc_cluster_sync_call_drift(&c, 3, 1e-3) == 0);
+  assert_true(sc_cluster_sync_call_drift(&c, 4, 1e-3) == 0); /* no call_per_compute */
   assert_true(sc_cluster_sync_call_s(&c, 3) == 0);
   assert_true(sc_cluster_core_share(&c, 1) == 1 && sc_cluster_sync_call_s(&c, 1) == 0);
   c.profile.threads = 2; /* the profile's, for the rates below */
