@@ -167,7 +167,7 @@ static bool tanh_argument(matcher *m, int32_t u, int32_t t) {
   int32_t s = pu.var[0], sn = g->values[s].producer;
   if (sn < 0 || sc_match_only_reader(g, m->off, m->users, s) < 0) return false;
   const sc_node *a = &g->nodes[sn];
-  if (a->op != SC_OP_ADD || a->n_inputs != 2 || (a->flags & SC_NODE_DEAD) ||
+  if (a->op != SC_OP_ADD || a->n_inputs != 2 || a->n_outputs != 1 || (a->flags & SC_NODE_DEAD) ||
       !take_node(m->c, sn))
     return false;
   for (int i = 0; i < 2; i++)
@@ -252,16 +252,11 @@ static sc_status rewrite(sc_graph *g, const chain *c) {
   y->inputs[0] = c->x;
   y->n_inputs = 1;
   y->n_attrs = 0;
-  /* the op is opset 20 and the model may be older (SC_ATTR_DERIVED) */
+  /* each set at once: adding an attribute may move the others */
   sc_attr *a = sc_node_add_attr(g, c->root, "approximate", SC_ATTR_STRING);
   if (a && !(a->s = sc_arena_strdup(&g->arena, c->tanh ? "tanh" : "none"))) a = NULL;
-  if (a && (a = sc_node_add_attr(g, c->root, SC_ATTR_DERIVED, SC_ATTR_INT))) a->i = 1;
   if (!a) return g->diag.status ? g->diag.status : SC_ERR_NOMEM;
-  sc_status st = sc_ops[SC_OP_GELU].infer(g, &g->nodes[c->root]);
-  if (st != SC_OK) return st;
-  /* their values stay, unread, for dce (value ids do not change) */
-  for (int32_t i = 0; i < c->n; i++) g->nodes[c->nodes[i]].flags |= SC_NODE_DEAD;
-  return SC_OK;
+  return sc_match_replace(g, c->root, c->nodes, c->n);
 }
 
 sc_status sc_pass_fuse_gelu(sc_graph *g, const sc_pass_opts *opts) {

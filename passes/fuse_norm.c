@@ -146,13 +146,8 @@ static sc_status rewrite(sc_graph *g, const chain *c) {
   sc_attr *a = sc_node_add_attr(g, c->y_node, "axis", SC_ATTR_INT);
   if (a) a->i = -1;
   if (a && (a = sc_node_add_attr(g, c->y_node, "epsilon", SC_ATTR_FLOAT))) a->f = c->eps;
-  if (a && (a = sc_node_add_attr(g, c->y_node, SC_ATTR_DERIVED, SC_ATTR_INT))) a->i = 1;
   if (!a) return g->diag.status ? g->diag.status : SC_ERR_NOMEM;
-  sc_status st = sc_ops[SC_OP_RMS_NORM].infer(g, &g->nodes[c->y_node]);
-  if (st != SC_OK) return st;
-  /* their values stay, unread, for dce (value ids do not change) */
-  for (int32_t i = 0; i < c->n; i++) g->nodes[c->nodes[i]].flags |= SC_NODE_DEAD;
-  return SC_OK;
+  return sc_match_replace(g, c->y_node, c->nodes, c->n);
 }
 
 sc_status sc_pass_fuse_norm(sc_graph *g, const sc_pass_opts *opts) {

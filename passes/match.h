@@ -1,6 +1,6 @@
 /* match.h — helpers of the passes that recognise a computation written out
  * in elementary ops and replace it by one node (fuse-norm, fuse-gelu): who
- * reads a value, and a scalar constant's value. They read the graph and a
+ * reads a value, a scalar constant's value, and the rewrite's last step. They read the graph and a
  * users index from sc_graph_users; nodes flagged SC_NODE_DEAD are not
  * readers. */
 #ifndef SC_PASSES_MATCH_H
@@ -9,6 +9,7 @@
 #include <math.h>
 
 #include "ir/ir.h"
+#include "passes/pass.h"
 
 /* The one live reader of value v (its node id), or -1 when it has none,
  * several, or is a graph output. */
@@ -30,6 +31,21 @@ static inline double sc_match_scalar(const sc_graph *g, int32_t v) {
   const sc_value *c = &g->values[v];
   if (!sc_value_has_data(c) || sc_value_numel(c) != 1 || !sc_dtype_is_float(c->dtype)) return NAN;
   return sc_load_f64(c->dtype, c->data, 0);
+}
+
+/* Finishes a rewrite in place: node `root`, its op, inputs and the op's
+ * attributes set, is marked SC_ATTR_DERIVED (the op may be newer than the
+ * model's opset) and its outputs inferred; nodes[0 .. n) are flagged dead
+ * (their values stay, unread, for dce: value ids do not change). */
+static inline sc_status sc_match_replace(sc_graph *g, int32_t root, const int32_t *nodes,
+                                         int32_t n) {
+  sc_attr *a = sc_node_add_attr(g, root, SC_ATTR_DERIVED, SC_ATTR_INT);
+  if (!a) return g->diag.status ? g->diag.status : SC_ERR_NOMEM;
+  a->i = 1;
+  sc_status st = sc_ops[g->nodes[root].op].infer(g, &g->nodes[root]);
+  if (st != SC_OK) return st;
+  for (int32_t i = 0; i < n; i++) g->nodes[nodes[i]].flags |= SC_NODE_DEAD;
+  return SC_OK;
 }
 
 #endif
