@@ -13,7 +13,8 @@
  * reads each such chain by what it computes rather than by its spelling:
  * from every Tanh or Erf node it reads products as a coefficient times
  * powers of values (a Mul of two factors, a Div by a scalar constant, a
- * Pow by a constant 2, 3 or 4; a scalar constant is a coefficient), so
+ * Pow by a constant 2, 3 or 4; a scalar constant, or one cast to the
+ * value's dtype by a Cast or CastLike, is a coefficient), so
  * that x³ may be Pow(x, 3) or x·x·x, 0.5 may multiply x, the sum or the
  * product, and any operand order is the same product. Accepted:
  *
@@ -92,6 +93,20 @@ static double exponent(const sc_graph *g, int32_t v) {
   return sc_load_f64(e->dtype, e->data, 0);
 }
 
+/* Value v's scalar constant, or NAN: a one-element float constant, or
+ * one cast to v's dtype by a Cast or CastLike (the importer's FastGelu
+ * writes its constants so). */
+static double coefficient(const sc_graph *g, int32_t v) {
+  double k = sc_match_scalar(g, v);
+  int32_t pn = v >= 0 && isnan(k) ? g->values[v].producer : -1;
+  if (pn < 0) return k;
+  const sc_node *n = &g->nodes[pn];
+  if ((n->flags & SC_NODE_DEAD) || (n->op != SC_OP_CAST && n->op != SC_OP_CAST_LIKE) ||
+      !sc_dtype_is_float(g->values[v].dtype))
+    return NAN;
+  return sc_match_scalar(g, n->inputs[0]);
+}
+
 static bool factor(matcher *m, int32_t v, int32_t reader, int depth, product *p);
 
 /* Multiplies p by what node pn (a Mul, a Div by a scalar constant or a Pow
@@ -105,7 +120,7 @@ static bool factor_node(matcher *m, int32_t pn, int depth, product *p) {
     return take_node(m->c, pn) && factor(m, n->inputs[0], pn, depth + 1, p) &&
            factor(m, n->inputs[1], pn, depth + 1, p);
   if (n->op == SC_OP_DIV) {
-    double d = sc_match_scalar(g, n->inputs[1]);
+    double d = coefficient(g, n->inputs[1]);
     if (!isfinite(d) || d == 0) return false;
     p->coef /= d;
     return take_node(m->c, pn) && factor(m, n->inputs[0], pn, depth + 1, p);
@@ -127,7 +142,7 @@ static bool factor_node(matcher *m, int32_t pn, int depth, product *p) {
 static bool factor(matcher *m, int32_t v, int32_t reader, int depth, product *p) {
   const sc_graph *g = m->g;
   if (v < 0) return false;
-  double k = sc_match_scalar(g, v);
+  double k = coefficient(g, v);
   if (!isnan(k)) {
     p->coef *= k;
     return true;
@@ -209,7 +224,7 @@ static bool match(matcher *m, int32_t act) {
   const sc_node *ad = &g->nodes[a];
   if (ad->op != SC_OP_ADD || ad->n_inputs != 2 || ad->n_outputs != 1) return false;
   int32_t other = ad->inputs[0] == out0(g, act) ? ad->inputs[1] : ad->inputs[0];
-  if (!near(sc_match_scalar(g, other), 1.0, tol) || !take_node(c, a)) return false;
+  if (!near(coefficient(g, other), 1.0, tol) || !take_node(c, a)) return false;
   /* the first product above it that is 0.5 · x · (1 + ...) */
   int32_t av = out0(g, a), cur = av;
   m->stop = c->x;

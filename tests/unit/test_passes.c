@@ -341,8 +341,9 @@ static void test_fuse_norm(void **state) {
 
 /* GELUs written out: GPT-2's gelu_new as exported (g1); x·x·x, √(2/π)
  * distributed over the sum and 0.5 applied last (g2); the erf form with a
- * Div by √2 (g3). Left as written: 0.05 for 0.044715 (g4), the Tanh's
- * value a graph output (g5), x³ read by another node too (g6). */
+ * Div by √2 (g3); the importer's FastGelu, its constants CastLike x (g7).
+ * Left as written: 0.05 for 0.044715 (g4), the Tanh's value a graph output
+ * (g5), x³ read by another node too (g6). */
 static const char *const GELU_CHAINS =
     "shardc.ir 1\n"
     "graph \"main\" opset 17 {\n"
@@ -352,6 +353,7 @@ static const char *const GELU_CHAINS =
     "  input %x4 : f32[2,8]\n"
     "  input %x5 : f32[2,8]\n"
     "  input %x6 : f32[2,8]\n"
+    "  input %x7 : f32[2,8]\n"
     "  const %three : f32[] = [3.0]\n"
     "  const %c : f32[] = [0.044715]\n"
     "  const %c4 : f32[] = [0.05]\n"
@@ -407,6 +409,19 @@ static const char *const GELU_CHAINS =
     "  %h6 = Mul(%x6, %half)\n"
     "  %y6 = Mul(%h6, %a6)\n"
     "  %z6 = Add(%p6, %y6)\n"
+    "  %q7 = Mul(%x7, %x7)\n"
+    "  %p7 = Mul(%q7, %x7)\n"
+    "  %c7 = CastLike(%c, %x7)\n"
+    "  %m7 = Mul(%p7, %c7)\n"
+    "  %i7 = Add(%x7, %m7)\n"
+    "  %k7 = CastLike(%k, %x7)\n"
+    "  %u7 = Mul(%i7, %k7)\n"
+    "  %t7 = Tanh(%u7)\n"
+    "  %half7 = CastLike(%half, %x7)\n"
+    "  %h7 = Mul(%x7, %half7)\n"
+    "  %one7 = CastLike(%one, %x7)\n"
+    "  %a7 = Add(%t7, %one7)\n"
+    "  %y7 = Mul(%h7, %a7) \"g7\"\n"
     "  output %y1\n"
     "  output %y2\n"
     "  output %y3\n"
@@ -414,6 +429,7 @@ static const char *const GELU_CHAINS =
     "  output %y5\n"
     "  output %t5\n"
     "  output %z6\n"
+    "  output %y7\n"
     "}\n";
 
 static void test_fuse_gelu(void **state) {
@@ -422,9 +438,10 @@ static void test_fuse_gelu(void **state) {
   sc_pass_opts po;
   quiet_opts(&po);
   run_passes_ok(g, SC_CANONICAL_PASSES, &po);
-  assert_int_equal(count_op(g, SC_OP_GELU), 3);
-  static const char *const names[3] = {"g1", "g2", "g3"}, *const xs[3] = {"x1", "x2", "x3"};
-  for (int k = 0; k < 3; k++) {
+  assert_int_equal(count_op(g, SC_OP_GELU), 4);
+  static const char *const names[4] = {"g1", "g2", "g3", "g7"},
+                           *const xs[4] = {"x1", "x2", "x3", "x7"};
+  for (int k = 0; k < 4; k++) {
     int32_t id = -1;
     for (int32_t i = 0; i < g->n_nodes; i++)
       if (strcmp(g->nodes[i].name, names[k]) == 0) id = i;
@@ -433,12 +450,14 @@ static void test_fuse_gelu(void **state) {
     assert_int_equal(n->op, SC_OP_GELU);
     assert_int_equal(n->n_inputs, 1);
     assert_string_equal(sc_node_input(g, n, 0)->name, xs[k]);
-    assert_string_equal(sc_attr_string(g, n, "approximate", "?"), k < 2 ? "tanh" : "none");
+    assert_string_equal(sc_attr_string(g, n, "approximate", "?"), k == 2 ? "none" : "tanh");
   }
-  /* g4, g5 and g6 stay: their Tanhs and Pows, and no Erf is left */
+  /* g4, g5 and g6 stay: their Tanhs and Pows, and no Erf is left; g7's
+   * CastLikes went with it (dce) */
   assert_int_equal(count_op(g, SC_OP_TANH), 3);
   assert_int_equal(count_op(g, SC_OP_POW), 3);
   assert_int_equal(count_op(g, SC_OP_ERF), 0);
+  assert_int_equal(count_op(g, SC_OP_CAST_LIKE), 0);
   sc_graph_destroy(g);
   /* SHARDC_NO_FUSE_GELU=1: nothing fused */
   assert_int_equal(setenv("SHARDC_NO_FUSE_GELU", "1", 1), 0);
@@ -446,7 +465,7 @@ static void test_fuse_gelu(void **state) {
   run_passes_ok(g, SC_CANONICAL_PASSES, &po);
   assert_int_equal(unsetenv("SHARDC_NO_FUSE_GELU"), 0);
   assert_int_equal(count_op(g, SC_OP_GELU), 0);
-  assert_int_equal(count_op(g, SC_OP_TANH), 5);
+  assert_int_equal(count_op(g, SC_OP_TANH), 6);
   assert_int_equal(count_op(g, SC_OP_ERF), 1);
   sc_graph_destroy(g);
 }
