@@ -274,26 +274,19 @@ static sc_status rewrite(sc_graph *g, const chain *c) {
   return sc_match_replace(g, c->root, c->nodes, c->n);
 }
 
+static bool fuse_at(sc_graph *g, const int32_t *off, const int32_t *users, int32_t node,
+                    sc_status *st) {
+  chain c;
+  matcher m = {.g = g, .off = off, .users = users, .stop = -1, .c = &c};
+  sc_op op = g->nodes[node].op;
+  if ((op != SC_OP_TANH && op != SC_OP_ERF) || !match(&m, node)) return false;
+  *st = rewrite(g, &c);
+  return true;
+}
+
 sc_status sc_pass_fuse_gelu(sc_graph *g, const sc_pass_opts *opts) {
   (void)opts;
   const char *off_env = getenv("SHARDC_NO_FUSE_GELU");
   if (off_env && *off_env && strcmp(off_env, "0") != 0) return SC_OK;
-  int32_t *off = NULL, *users = NULL;
-  if (sc_graph_users(g, &off, &users) != SC_OK)
-    return sc_graph_error(g, SC_ERR_NOMEM, "out of memory");
-  sc_status st = SC_OK;
-  int32_t fused = 0;
-  chain c;
-  matcher m = {.g = g, .off = off, .users = users, .stop = -1, .c = &c};
-  for (int32_t i = 0; i < g->n_nodes && st == SC_OK; i++) {
-    const sc_node *n = &g->nodes[i];
-    if ((n->op != SC_OP_TANH && n->op != SC_OP_ERF) || (n->flags & SC_NODE_DEAD)) continue;
-    if (!match(&m, i)) continue;
-    st = rewrite(g, &c);
-    fused += st == SC_OK;
-  }
-  sc_free(off);
-  sc_free(users);
-  if (st == SC_OK && fused > 0) st = sc_graph_compact(g);
-  return st;
+  return sc_match_each(g, fuse_at);
 }

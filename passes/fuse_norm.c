@@ -150,22 +150,15 @@ static sc_status rewrite(sc_graph *g, const chain *c) {
   return sc_match_replace(g, c->y_node, c->nodes, c->n);
 }
 
+static bool fuse_at(sc_graph *g, const int32_t *off, const int32_t *users, int32_t node,
+                    sc_status *st) {
+  chain c;
+  if (g->nodes[node].op != SC_OP_REDUCE_MEAN || !match(g, off, users, node, &c)) return false;
+  *st = rewrite(g, &c);
+  return true;
+}
+
 sc_status sc_pass_fuse_norm(sc_graph *g, const sc_pass_opts *opts) {
   (void)opts;
-  int32_t *off = NULL, *users = NULL;
-  if (sc_graph_users(g, &off, &users) != SC_OK)
-    return sc_graph_error(g, SC_ERR_NOMEM, "out of memory");
-  sc_status st = SC_OK;
-  int32_t fused = 0;
-  for (int32_t i = 0; i < g->n_nodes && st == SC_OK; i++) {
-    if (g->nodes[i].op != SC_OP_REDUCE_MEAN || (g->nodes[i].flags & SC_NODE_DEAD)) continue;
-    chain c;
-    if (!match(g, off, users, i, &c)) continue;
-    st = rewrite(g, &c);
-    fused += st == SC_OK;
-  }
-  sc_free(off);
-  sc_free(users);
-  if (st == SC_OK && fused > 0) st = sc_graph_compact(g);
-  return st;
+  return sc_match_each(g, fuse_at);
 }

@@ -1,6 +1,7 @@
 /* match.h — helpers of the passes that recognise a computation written out
  * in elementary ops and replace it by one node (fuse-norm, fuse-gelu): who
- * reads a value, a scalar constant's value, and the rewrite's last step. They read the graph and a
+ * reads a value, a scalar constant's value, the rewrite's last step and
+ * the pass's loop. They read the graph and a
  * users index from sc_graph_users; nodes flagged SC_NODE_DEAD are not
  * readers. */
 #ifndef SC_PASSES_MATCH_H
@@ -46,6 +47,28 @@ static inline sc_status sc_match_replace(sc_graph *g, int32_t root, const int32_
   if (st != SC_OK) return st;
   for (int32_t i = 0; i < n; i++) g->nodes[nodes[i]].flags |= SC_NODE_DEAD;
   return SC_OK;
+}
+
+/* Tries node `node` (live) of g: matches a chain there and rewrites it,
+ * returning true and the rewrite's status in *st; false when nothing
+ * matched. off, users: sc_graph_users of g before the pass began. */
+typedef bool (*sc_match_fn)(sc_graph *g, const int32_t *off, const int32_t *users,
+                            int32_t node, sc_status *st);
+
+/* A fusing pass's loop: fn at every live node in order, then the graph
+ * compacted when anything was rewritten. */
+static inline sc_status sc_match_each(sc_graph *g, sc_match_fn fn) {
+  int32_t *off = NULL, *users = NULL;
+  if (sc_graph_users(g, &off, &users) != SC_OK)
+    return sc_graph_error(g, SC_ERR_NOMEM, "out of memory");
+  sc_status st = SC_OK;
+  int32_t fused = 0;
+  for (int32_t i = 0; i < g->n_nodes && st == SC_OK; i++)
+    if (!(g->nodes[i].flags & SC_NODE_DEAD) && fn(g, off, users, i, &st)) fused += st == SC_OK;
+  sc_free(off);
+  sc_free(users);
+  if (st == SC_OK && fused > 0) st = sc_graph_compact(g);
+  return st;
 }
 
 #endif

@@ -26,7 +26,7 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
-from checks import check, finish
+from checks import check, finish, same_steps
 
 SHARDC = os.environ.get("SHARDC")
 SRC = os.environ.get("SHARDC_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -76,21 +76,7 @@ def main():
             ok = check(pk.returncode == 0, f"{tk}: exit {pk.returncode}: {pk.stderr[-1500:]}") and ok
             if not ok:
                 continue
-            la = [json.loads(line) for line in open(logk)]
-            lb = [json.loads(line) for line in open(logf)]
-            if not check(len(la) == len(lb) == STEPS, f"{tf}: {len(lb)} and {len(la)} steps logged"):
-                continue
-            tol, worst = TOL[prec], 0.0
-            for a, b in zip(la, lb):
-                for k in ("loss", "grad_norm"):
-                    x, y = a[k], b[k]
-                    good = (x is not None and y is not None and np.isfinite(x) and np.isfinite(y)
-                            and abs(x - y) <= tol * abs(x) + 1e-6)
-                    check(good, f"{tf}: step {a['step']} {k} {y}, kept {x}")
-                    if good:
-                        worst = max(worst, abs(x - y) / max(abs(x), 1e-30))
-            print(f"ok   {tf}: {STEPS} steps, losses {lb[0]['loss']:.6f} .. {lb[-1]['loss']:.6f}, "
-                  f"worst relative difference {worst:.2e} (tolerance {tol:g})")
+            same_steps(tf, logk, logf, STEPS, TOL[prec], "kept")
         acts = {}
         for folded in (True, False):
             q = subprocess.run([SHARDC, "plan", MODEL, "--train", "--dim", "batch=4", "--json"],
