@@ -1,9 +1,8 @@
-/* match.h — helpers of the passes that recognise a computation written out
- * in elementary ops and replace it by one node (fuse-norm, fuse-gelu): who
- * reads a value, a scalar constant's value, the rewrite's last step and
- * the pass's loop. They read the graph and a
- * users index from sc_graph_users; nodes flagged SC_NODE_DEAD are not
- * readers. */
+/* match.h — what the passes that recognise a computation written out in
+ * elementary ops and replace it by one node (fuse-norm, fuse-gelu) share:
+ * who reads a value, a scalar constant's value, the rewrite's last step
+ * and the pass's loop. They read the graph and a users index from
+ * sc_graph_users; nodes flagged SC_NODE_DEAD are not readers. */
 #ifndef SC_PASSES_MATCH_H
 #define SC_PASSES_MATCH_H
 
