@@ -670,7 +670,15 @@ static double act_eval(const sc_graph *g, int32_t c, int32_t c2, int32_t v, doub
  * more buffer, of C's dtype, holding a value x2 from outside the members
  * of C's numel, may compute DGELU_TANH, C · gelu_tanh'(x2) (probed at C =
  * 1 and -0.625, within 1e-6 of max(1, |value|)), for a GEMM without a bias
- * whose C is contiguous; *in_buf is then that buffer. */
+ * whose C is contiguous; *in_buf is then that buffer. The members may read
+ * C through a whole view of it (a Reshape of the product, as GPT-2's MLP
+ * reads it): then C is also kept (*aux) unless that Reshape is the
+ * product's only reader. */
+static bool is_product(const sc_program *p, int32_t b, int32_t c) {
+  return b == c || (b >= 0 && p->buffers[b].kind == SC_BUF_VIEW && p->buffers[b].alias_of == c &&
+                    p->buffers[b].bytes == p->buffers[c].bytes);
+}
+
 static sc_gemm_act epilogue_act(fg *f, sc_lower_ctx *cx, const sc_step *s, int32_t c,
                                 const int32_t *mem, int32_t nm, int32_t *out_buf, bool *aux,
                                 int32_t *in_buf) {
@@ -684,7 +692,7 @@ static sc_gemm_act epilogue_act(fg *f, sc_lower_ctx *cx, const sc_step *s, int32
     if (k->params[i].written) {
       if (w >= 0) return SC_GEMM_ACT_NONE;
       w = i;
-    } else if (b == gm->c) {
+    } else if (is_product(p, b, gm->c)) {
       n_c++;
     } else {
       if (xb >= 0) return SC_GEMM_ACT_NONE;
@@ -706,6 +714,12 @@ static sc_gemm_act epilogue_act(fg *f, sc_lower_ctx *cx, const sc_step *s, int32
   *aux = f->is_gout[c];
   for (int32_t u = f->uoff[c]; u < f->uoff[c + 1]; u++)
     if (node_live(&g->nodes[f->users[u]]) && !member[f->users[u]]) *aux = true;
+  int32_t pv = p->buffers[gm->c].value; /* the product's own value, read through a view */
+  if (cx->value_buffer[c] != gm->c) {
+    if (pv < 0 || f->is_gout[pv]) *aux = true;
+    for (int32_t u = pv >= 0 ? f->uoff[pv] : 0; pv >= 0 && u < f->uoff[pv + 1]; u++)
+      if (node_live(&g->nodes[f->users[u]]) && f->users[u] != g->values[c].producer) *aux = true;
+  }
   for (int32_t j = 0; j < nm; j++) { /* exactly one member output has a buffer: ob's */
     const sc_node *n = &g->nodes[mem[j]];
     for (int32_t o = 0; o < n->n_outputs; o++) {
@@ -839,7 +853,7 @@ static void take_activation(fg *f, sc_lower_ctx *cx, const int32_t *mem, int32_t
       c = v;
     }
   }
-  if (c < 0 || cx->value_buffer[c] != gs->gemm.c) return;
+  if (c < 0 || !is_product(p, cx->value_buffer[c], gs->gemm.c)) return;
   int32_t out = -1, in = -1;
   bool aux = false;
   gs->kernel = p->steps[ks].kernel; /* what epilogue_act reads */

@@ -31,28 +31,8 @@
 #include <string.h>
 
 #include "ir/op_util.h"
+#include "passes/match.h"
 #include "passes/pass.h"
-
-/* The one live reader of value v (its node id), or -1 when it has none,
- * several, or is a graph output. */
-static int32_t only_reader(const sc_graph *g, const int32_t *off, const int32_t *users, int32_t v) {
-  if (v < 0 || (g->values[v].flags & SC_VALUE_OUTPUT)) return -1;
-  int32_t r = -1;
-  for (int32_t u = off[v]; u < off[v + 1]; u++) {
-    if (g->nodes[users[u]].flags & SC_NODE_DEAD) continue;
-    if (r >= 0 && r != users[u]) return -1;
-    r = users[u];
-  }
-  return r;
-}
-
-/* Value v's scalar constant (one element, float), or NAN. */
-static double scalar(const sc_graph *g, int32_t v) {
-  if (v < 0) return NAN;
-  const sc_value *c = &g->values[v];
-  if (!sc_value_has_data(c) || sc_value_numel(c) != 1 || !sc_dtype_is_float(c->dtype)) return NAN;
-  return sc_load_f64(c->dtype, c->data, 0);
-}
 
 /* The input of binary node n that is not `v` (-1 when both are v or n has
  * not two inputs). */
@@ -78,7 +58,7 @@ static bool match(sc_graph *g, const int32_t *off, const int32_t *users, int32_t
   if (pn < 0 || (g->nodes[pn].flags & SC_NODE_DEAD)) return false;
   const sc_node *p = &g->nodes[pn];
   int32_t x;
-  if (p->op == SC_OP_POW && p->n_inputs == 2 && scalar(g, p->inputs[1]) == 2.0)
+  if (p->op == SC_OP_POW && p->n_inputs == 2 && sc_match_scalar(g, p->inputs[1]) == 2.0)
     x = p->inputs[0];
   else if (p->op == SC_OP_MUL && p->n_inputs == 2 && p->inputs[0] == p->inputs[1])
     x = p->inputs[0];
@@ -92,24 +72,24 @@ static bool match(sc_graph *g, const int32_t *off, const int32_t *users, int32_t
   if (sc_reduce_axes(g, r, mask, &noop, &keep) != SC_OK) return false; /* infer-shapes read them */
   for (int32_t i = 0; i < xv->rank; i++)
     if (mask[i] != (i == xv->rank - 1)) return false;
-  if (noop || !keep || only_reader(g, off, users, pv) != rm) return false;
+  if (noop || !keep || sc_match_only_reader(g, off, users, pv) != rm) return false;
   c->n = 0;
   c->nodes[c->n++] = pn;
   c->nodes[c->n++] = rm;
   c->x = x;
   /* Add(m, eps) → Sqrt */
-  int32_t v = out0(g, rm), a = only_reader(g, off, users, v);
+  int32_t v = out0(g, rm), a = sc_match_only_reader(g, off, users, v);
   if (a < 0 || g->nodes[a].op != SC_OP_ADD) return false;
-  c->eps = scalar(g, other_input(&g->nodes[a], v));
+  c->eps = sc_match_scalar(g, other_input(&g->nodes[a], v));
   if (!(c->eps >= 0) || !isfinite(c->eps)) return false;
   c->nodes[c->n++] = a;
   v = out0(g, a);
-  int32_t s = only_reader(g, off, users, v);
+  int32_t s = sc_match_only_reader(g, off, users, v);
   if (s < 0 || g->nodes[s].op != SC_OP_SQRT) return false;
   c->nodes[c->n++] = s;
   v = out0(g, s);
   /* 1/s then x·(1/s), or x/s */
-  int32_t d = only_reader(g, off, users, v), nn;
+  int32_t d = sc_match_only_reader(g, off, users, v), nn;
   if (d < 0) return false;
   const sc_node *dn = &g->nodes[d];
   if (dn->op == SC_OP_DIV && dn->n_inputs == 2 && dn->inputs[1] == v && dn->inputs[0] == x) {
@@ -117,18 +97,18 @@ static bool match(sc_graph *g, const int32_t *off, const int32_t *users, int32_t
   } else {
     bool recip = dn->op == SC_OP_RECIPROCAL ||
                  (dn->op == SC_OP_DIV && dn->n_inputs == 2 && dn->inputs[1] == v &&
-                  scalar(g, dn->inputs[0]) == 1.0);
+                  sc_match_scalar(g, dn->inputs[0]) == 1.0);
     if (!recip) return false;
     c->nodes[c->n++] = d;
     v = out0(g, d);
-    nn = only_reader(g, off, users, v);
+    nn = sc_match_only_reader(g, off, users, v);
     if (nn < 0 || g->nodes[nn].op != SC_OP_MUL || other_input(&g->nodes[nn], v) != x) return false;
   }
   c->nodes[c->n++] = nn;
   v = out0(g, nn);
   /* Casts to its own dtype, then the product by w */
   for (;;) {
-    int32_t u = only_reader(g, off, users, v);
+    int32_t u = sc_match_only_reader(g, off, users, v);
     if (u < 0) return false;
     const sc_node *un = &g->nodes[u];
     if (un->op == SC_OP_CAST && g->values[out0(g, u)].dtype == dt && c->n < 15) {
@@ -166,31 +146,19 @@ static sc_status rewrite(sc_graph *g, const chain *c) {
   sc_attr *a = sc_node_add_attr(g, c->y_node, "axis", SC_ATTR_INT);
   if (a) a->i = -1;
   if (a && (a = sc_node_add_attr(g, c->y_node, "epsilon", SC_ATTR_FLOAT))) a->f = c->eps;
-  if (a && (a = sc_node_add_attr(g, c->y_node, SC_ATTR_DERIVED, SC_ATTR_INT))) a->i = 1;
   if (!a) return g->diag.status ? g->diag.status : SC_ERR_NOMEM;
-  sc_status st = sc_ops[SC_OP_RMS_NORM].infer(g, &g->nodes[c->y_node]);
-  if (st != SC_OK) return st;
-  /* their values stay, unread, for dce (value ids do not change) */
-  for (int32_t i = 0; i < c->n; i++) g->nodes[c->nodes[i]].flags |= SC_NODE_DEAD;
-  return SC_OK;
+  return sc_match_replace(g, c->y_node, c->nodes, c->n);
+}
+
+static bool fuse_at(sc_graph *g, const int32_t *off, const int32_t *users, int32_t node,
+                    sc_status *st) {
+  chain c;
+  if (g->nodes[node].op != SC_OP_REDUCE_MEAN || !match(g, off, users, node, &c)) return false;
+  *st = rewrite(g, &c);
+  return true;
 }
 
 sc_status sc_pass_fuse_norm(sc_graph *g, const sc_pass_opts *opts) {
   (void)opts;
-  int32_t *off = NULL, *users = NULL;
-  if (sc_graph_users(g, &off, &users) != SC_OK)
-    return sc_graph_error(g, SC_ERR_NOMEM, "out of memory");
-  sc_status st = SC_OK;
-  int32_t fused = 0;
-  for (int32_t i = 0; i < g->n_nodes && st == SC_OK; i++) {
-    if (g->nodes[i].op != SC_OP_REDUCE_MEAN || (g->nodes[i].flags & SC_NODE_DEAD)) continue;
-    chain c;
-    if (!match(g, off, users, i, &c)) continue;
-    st = rewrite(g, &c);
-    fused += st == SC_OK;
-  }
-  sc_free(off);
-  sc_free(users);
-  if (st == SC_OK && fused > 0) st = sc_graph_compact(g);
-  return st;
+  return sc_match_each(g, fuse_at);
 }

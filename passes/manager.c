@@ -41,6 +41,11 @@ static const sc_pass_info registry[] = {
      "every RMS norm written out (Pow, ReduceMean, Add, Sqrt, Div or Reciprocal, "
      "Mul, the product by a weight) is one RMSNormalization node (passes/fuse_norm.c)",
      false},
+    {"fuse-gelu", sc_pass_fuse_gelu,
+     "static shapes (infer-shapes), constants folded",
+     "every GELU written out (0.5·x·(1 + tanh(√(2/π)(x + 0.044715x³))) or "
+     "0.5·x·(1 + erf(x/√2)), in Mul, Div, Pow, Add, Tanh or Erf) is one Gelu node "
+     "(passes/fuse_gelu.c); off with SHARDC_NO_FUSE_GELU=1", false},
     {"dce", sc_pass_dce,
      "nothing",
      "every node and constant feeds a graph output; graph inputs kept", false},

@@ -21,6 +21,8 @@
  *                (passes/fuse_attention.h); off with opts->no_fuse_attention
  *   fuse-norm    each RMS norm written out in elementary ops becomes one
  *                RMSNormalization node (passes/fuse_norm.c)
+ *   fuse-gelu    each GELU written out in elementary ops (tanh or erf form)
+ *                becomes one Gelu node (passes/fuse_gelu.c)
  *   dce          removes nodes and constants no graph output depends on
  */
 #ifndef SC_PASSES_PASS_H
@@ -37,7 +39,7 @@
  * the partitioner, the textual IR) carries it. */
 #define SC_ATTR_DERIVED "__derived"
 
-#define SC_CANONICAL_PASSES "bind-dims,infer-shapes,fold,fuse-attention,fuse-norm,dce"
+#define SC_CANONICAL_PASSES "bind-dims,infer-shapes,fold,fuse-attention,fuse-norm,fuse-gelu,dce"
 
 struct sc_fuse_attention_report;
 
@@ -93,6 +95,7 @@ sc_status sc_pass_fold(sc_graph *g, const sc_pass_opts *opts);
 sc_status sc_pass_dce(sc_graph *g, const sc_pass_opts *opts);
 sc_status sc_pass_fuse_attention(sc_graph *g, const sc_pass_opts *opts);
 sc_status sc_pass_fuse_norm(sc_graph *g, const sc_pass_opts *opts);
+sc_status sc_pass_fuse_gelu(sc_graph *g, const sc_pass_opts *opts);
 
 
 /* Shared by infer-shapes and fold: evaluates node n when its op has an eval

@@ -890,9 +890,10 @@ sc_status sc_train_build(sc_graph *g, const sc_train_opts *o, sc_train_info *inf
   sc_pass_opts po;
   sc_pass_opts_init(&po);
   po.quiet = true;
-  /* fuse-norm before the precision casts, as the import's pipeline runs it
-   * (a norm the model wrote as one op is one here too) */
-  if (sc_run_passes(g, "bind-dims,infer-shapes,fuse-norm", &po) != SC_OK) {
+  /* fuse-norm and fuse-gelu before the precision casts and autodiff, as
+   * the import's pipeline runs them (a norm or GELU the model wrote as one
+   * op is one here too: its backward saves only its inputs) */
+  if (sc_run_passes(g, "bind-dims,infer-shapes,fuse-norm,fuse-gelu", &po) != SC_OK) {
     *d = g->diag;
     return d->status;
   }

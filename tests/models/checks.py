@@ -253,3 +253,26 @@ def within(got, want, tol, what):
     err = float(np.max(np.abs(got.astype(np.float64) - want))) if want.size else 0.0
     return check(err <= tol * scale, f"{what}: max error {err:.3g} over largest {scale:.3g} "
                  f"(tolerance {tol:g} of it)") and ok
+
+
+def same_steps(tag, ref_log, log, steps, tol, ref_name):
+    """Checks that two `shardc train --log-json` logs have `steps` steps
+    each whose loss and gradient norm are finite and agree within
+    tol |ref| + 1e-6, and prints the worst relative difference."""
+    import json
+    import math
+    ra = [json.loads(line) for line in open(ref_log)]
+    rb = [json.loads(line) for line in open(log)]
+    if not check(len(ra) == len(rb) == steps, f"{tag}: {len(rb)} and {len(ra)} steps logged"):
+        return
+    worst = 0.0
+    for a, b in zip(ra, rb):
+        for k in ("loss", "grad_norm"):
+            x, y = a[k], b[k]
+            good = (x is not None and y is not None and math.isfinite(x) and math.isfinite(y)
+                    and abs(x - y) <= tol * abs(x) + 1e-6)
+            check(good, f"{tag}: step {a['step']} {k} {y}, {ref_name} {x}")
+            if good:
+                worst = max(worst, abs(x - y) / max(abs(x), 1e-30))
+    print(f"ok   {tag}: {steps} steps, losses {rb[0]['loss']:.6f} .. {rb[-1]['loss']:.6f}, "
+          f"worst relative difference {worst:.2e} (tolerance {tol:g})")

@@ -212,9 +212,13 @@ def main():
             logits = 128 * 1 * 50257 * 4
             check(rc["blocks"] == 48 and rc["found_by"] == "structure" and rc["nodes"] > 0,
                   f"1.5B full recompute: {rc}")
+            # without recompute the blocks save 16 times what full recompute
+            # keeps (670,720,000 bytes against 40,960,000; 28 times with the
+            # GELU spelled out, SHARDC_NO_FUSE_GELU=1: fuse-gelu's Gelu saves
+            # only its input)
             full, none = big["full"]["saved_activations"], big["none"]["saved_activations"]
             check(48 * s1 + logits <= full <= 52 * s1 + logits and
-                  none - logits > 20 * (full - logits),
+                  none - logits > 12 * (full - logits),
                   f"1.5B saved activations: full {full} (48 block inputs {48 * s1}, the logits "
                   f"{logits}), none {none}")
 

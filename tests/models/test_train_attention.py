@@ -24,7 +24,7 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
-from checks import check, finish
+from checks import check, finish, same_steps
 
 SHARDC = os.environ.get("SHARDC")
 SRC = os.environ.get("SHARDC_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -32,10 +32,6 @@ MODEL = os.path.join(SRC, "samples", "gpt2.onnx")
 STEPS = 4
 MESHES = [[], ["--mesh", "dp=2"], ["--mesh", "tp=2"]]
 PRECISIONS = {"fp32": 1e-5, "bf16": 5e-3}
-
-
-def losses(log):
-    return [json.loads(line) for line in open(log)]
 
 
 def main():
@@ -83,20 +79,7 @@ def main():
                 check(False, f"{tf}: plan failed: {qf.stderr[-800:]} {qu.stderr[-800:]}")
             if not ok:
                 continue
-            la, lb = losses(logu), losses(logf)
-            if not check(len(la) == len(lb) == STEPS, f"{tf}: {len(lb)} and {len(la)} steps logged"):
-                continue
-            tol, worst = PRECISIONS[prec], 0.0
-            for a, b in zip(la, lb):
-                for k in ("loss", "grad_norm"):
-                    x, y = a[k], b[k]
-                    good = (x is not None and y is not None and np.isfinite(x) and np.isfinite(y)
-                            and abs(x - y) <= tol * abs(x) + 1e-6)
-                    check(good, f"{tf}: step {a['step']} {k} {y}, unfused {x}")
-                    if good:
-                        worst = max(worst, abs(x - y) / max(abs(x), 1e-30))
-            print(f"ok   {tf}: {STEPS} steps, losses {lb[0]['loss']:.6f} .. {lb[-1]['loss']:.6f}, "
-                  f"worst relative difference {worst:.2e} (tolerance {tol:g})")
+            same_steps(tf, logu, logf, STEPS, PRECISIONS[prec], "unfused")
     return finish()
 
 

@@ -339,6 +339,137 @@ static void test_fuse_norm(void **state) {
   sc_graph_destroy(g);
 }
 
+/* GELUs written out: GPT-2's gelu_new as exported (g1); x·x·x, √(2/π)
+ * distributed over the sum and 0.5 applied last (g2); the erf form with a
+ * Div by √2 (g3); the importer's FastGelu, its constants CastLike x (g7).
+ * Left as written: 0.05 for 0.044715 (g4), the Tanh's value a graph output
+ * (g5), x³ read by another node too (g6). */
+static const char *const GELU_CHAINS =
+    "shardc.ir 1\n"
+    "graph \"main\" opset 17 {\n"
+    "  input %x1 : f32[2,8]\n"
+    "  input %x2 : f32[2,8]\n"
+    "  input %x3 : f32[2,8]\n"
+    "  input %x4 : f32[2,8]\n"
+    "  input %x5 : f32[2,8]\n"
+    "  input %x6 : f32[2,8]\n"
+    "  input %x7 : f32[2,8]\n"
+    "  const %three : f32[] = [3.0]\n"
+    "  const %c : f32[] = [0.044715]\n"
+    "  const %c4 : f32[] = [0.05]\n"
+    "  const %k : f32[] = [0.7978845608]\n"
+    "  const %kc : f32[] = [0.0356774081]\n"
+    "  const %one : f32[] = [1.0]\n"
+    "  const %half : f32[] = [0.5]\n"
+    "  const %sqrt2 : f32[] = [1.4142135624]\n"
+    "  %p1 = Pow(%x1, %three)\n"
+    "  %m1 = Mul(%p1, %c)\n"
+    "  %i1 = Add(%x1, %m1)\n"
+    "  %u1 = Mul(%i1, %k)\n"
+    "  %t1 = Tanh(%u1)\n"
+    "  %a1 = Add(%t1, %one)\n"
+    "  %h1 = Mul(%x1, %half)\n"
+    "  %y1 = Mul(%h1, %a1) \"g1\"\n"
+    "  %q2 = Mul(%x2, %x2)\n"
+    "  %p2 = Mul(%x2, %q2)\n"
+    "  %m2 = Mul(%kc, %p2)\n"
+    "  %l2 = Mul(%k, %x2)\n"
+    "  %u2 = Add(%m2, %l2)\n"
+    "  %t2 = Tanh(%u2)\n"
+    "  %a2 = Add(%one, %t2)\n"
+    "  %h2 = Mul(%a2, %x2)\n"
+    "  %y2 = Mul(%half, %h2) \"g2\"\n"
+    "  %d3 = Div(%x3, %sqrt2)\n"
+    "  %e3 = Erf(%d3)\n"
+    "  %a3 = Add(%e3, %one)\n"
+    "  %h3 = Mul(%x3, %a3)\n"
+    "  %y3 = Mul(%h3, %half) \"g3\"\n"
+    "  %p4 = Pow(%x4, %three)\n"
+    "  %m4 = Mul(%p4, %c4)\n"
+    "  %i4 = Add(%x4, %m4)\n"
+    "  %u4 = Mul(%i4, %k)\n"
+    "  %t4 = Tanh(%u4)\n"
+    "  %a4 = Add(%t4, %one)\n"
+    "  %h4 = Mul(%x4, %half)\n"
+    "  %y4 = Mul(%h4, %a4)\n"
+    "  %p5 = Pow(%x5, %three)\n"
+    "  %m5 = Mul(%p5, %c)\n"
+    "  %i5 = Add(%x5, %m5)\n"
+    "  %u5 = Mul(%i5, %k)\n"
+    "  %t5 = Tanh(%u5)\n"
+    "  %a5 = Add(%t5, %one)\n"
+    "  %h5 = Mul(%x5, %half)\n"
+    "  %y5 = Mul(%h5, %a5)\n"
+    "  %p6 = Pow(%x6, %three)\n"
+    "  %m6 = Mul(%p6, %c)\n"
+    "  %i6 = Add(%x6, %m6)\n"
+    "  %u6 = Mul(%i6, %k)\n"
+    "  %t6 = Tanh(%u6)\n"
+    "  %a6 = Add(%t6, %one)\n"
+    "  %h6 = Mul(%x6, %half)\n"
+    "  %y6 = Mul(%h6, %a6)\n"
+    "  %z6 = Add(%p6, %y6)\n"
+    "  %q7 = Mul(%x7, %x7)\n"
+    "  %p7 = Mul(%q7, %x7)\n"
+    "  %c7 = CastLike(%c, %x7)\n"
+    "  %m7 = Mul(%p7, %c7)\n"
+    "  %i7 = Add(%x7, %m7)\n"
+    "  %k7 = CastLike(%k, %x7)\n"
+    "  %u7 = Mul(%i7, %k7)\n"
+    "  %t7 = Tanh(%u7)\n"
+    "  %half7 = CastLike(%half, %x7)\n"
+    "  %h7 = Mul(%x7, %half7)\n"
+    "  %one7 = CastLike(%one, %x7)\n"
+    "  %a7 = Add(%t7, %one7)\n"
+    "  %y7 = Mul(%h7, %a7) \"g7\"\n"
+    "  output %y1\n"
+    "  output %y2\n"
+    "  output %y3\n"
+    "  output %y4\n"
+    "  output %y5\n"
+    "  output %t5\n"
+    "  output %z6\n"
+    "  output %y7\n"
+    "}\n";
+
+static void test_fuse_gelu(void **state) {
+  (void)state;
+  sc_graph *g = parse_ok(GELU_CHAINS);
+  sc_pass_opts po;
+  quiet_opts(&po);
+  run_passes_ok(g, SC_CANONICAL_PASSES, &po);
+  assert_int_equal(count_op(g, SC_OP_GELU), 4);
+  static const char *const names[4] = {"g1", "g2", "g3", "g7"},
+                           *const xs[4] = {"x1", "x2", "x3", "x7"};
+  for (int k = 0; k < 4; k++) {
+    int32_t id = -1;
+    for (int32_t i = 0; i < g->n_nodes; i++)
+      if (strcmp(g->nodes[i].name, names[k]) == 0) id = i;
+    assert_true(id >= 0);
+    const sc_node *n = sc_nod(g, id);
+    assert_int_equal(n->op, SC_OP_GELU);
+    assert_int_equal(n->n_inputs, 1);
+    assert_string_equal(sc_node_input(g, n, 0)->name, xs[k]);
+    assert_string_equal(sc_attr_string(g, n, "approximate", "?"), k == 2 ? "none" : "tanh");
+  }
+  /* g4, g5 and g6 stay: their Tanhs and Pows, and no Erf is left; g7's
+   * CastLikes went with it (dce) */
+  assert_int_equal(count_op(g, SC_OP_TANH), 3);
+  assert_int_equal(count_op(g, SC_OP_POW), 3);
+  assert_int_equal(count_op(g, SC_OP_ERF), 0);
+  assert_int_equal(count_op(g, SC_OP_CAST_LIKE), 0);
+  sc_graph_destroy(g);
+  /* SHARDC_NO_FUSE_GELU=1: nothing fused */
+  assert_int_equal(setenv("SHARDC_NO_FUSE_GELU", "1", 1), 0);
+  g = parse_ok(GELU_CHAINS);
+  run_passes_ok(g, SC_CANONICAL_PASSES, &po);
+  assert_int_equal(unsetenv("SHARDC_NO_FUSE_GELU"), 0);
+  assert_int_equal(count_op(g, SC_OP_GELU), 0);
+  assert_int_equal(count_op(g, SC_OP_TANH), 6);
+  assert_int_equal(count_op(g, SC_OP_ERF), 1);
+  sc_graph_destroy(g);
+}
+
 static void test_unknown_pass(void **state) {
   (void)state;
   sc_graph *g = small_graph(NULL);
@@ -346,7 +477,7 @@ static void test_unknown_pass(void **state) {
   quiet_opts(&po);
   assert_int_equal(sc_run_passes(g, "dce, frobnicate", &po), SC_ERR_USAGE);
   assert_non_null(strstr(g->diag.msg, "unknown pass 'frobnicate'"));
-  assert_non_null(strstr(g->diag.msg, "bind-dims, infer-shapes, fold, fuse-attention, fuse-norm, dce"));
+  assert_non_null(strstr(g->diag.msg, "bind-dims, infer-shapes, fold, fuse-attention, fuse-norm, fuse-gelu, dce"));
   assert_int_equal(g->n_nodes, 2); /* nothing ran */
   sc_diag_clear(&g->diag);
   po.print_after = "nosuch";
@@ -360,12 +491,13 @@ static void test_unknown_pass(void **state) {
   assert_string_equal(reg[0].name, "bind-dims");
   assert_string_equal(reg[3].name, "fuse-attention");
   assert_string_equal(reg[4].name, "fuse-norm");
-  assert_string_equal(reg[6].name, "fuse");
-  assert_null(reg[7].name);
+  assert_string_equal(reg[5].name, "fuse-gelu");
+  assert_string_equal(reg[7].name, "fuse");
+  assert_null(reg[8].name);
   sc_pass_info clash = {"fold", sc_pass_dce, "", "", false};
   assert_int_equal(sc_pass_register(&clash), SC_ERR_USAGE);
-  assert_int_equal(sc_pass_register(&reg[6]), SC_OK);
-  assert_null(reg[7].name);
+  assert_int_equal(sc_pass_register(&reg[7]), SC_OK);
+  assert_null(reg[8].name);
   sc_graph_destroy(g);
 }
 
@@ -463,6 +595,7 @@ int main(void) {
       cmocka_unit_test(test_dce),
       cmocka_unit_test(test_verifier),
       cmocka_unit_test(test_fuse_norm),
+      cmocka_unit_test(test_fuse_gelu),
       cmocka_unit_test(test_unknown_pass),
       cmocka_unit_test(test_print_after_and_time),
       cmocka_unit_test(test_bind_dims),
