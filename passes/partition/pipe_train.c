@@ -332,14 +332,21 @@ static int cmp_named(const void *a, const void *b) {
 }
 
 /* The chunk of the forward node a backward node comes from: autodiff names
- * its nodes "<forward node>/grad/...", recompute "<forward node>/recompute"
- * (fw: the forward's names, sorted); -1 when the name says nothing. */
+ * its nodes "<forward node>/grad/...", recompute "<forward node>/recompute",
+ * the FP8 pass the casts and scalings of a product's operands "<product>/fp8/N"
+ * (passes/fp8.c: a backward product's operand, such as the transposed FP8
+ * copy of the forward input that the weight gradient reads, belongs with its
+ * product, not with the chunk that computed the input: placed there, the
+ * weight gradient would run in an earlier chunk than its parameter's when a
+ * cut falls between the input and the product) (fw: the forward's names,
+ * sorted); -1 when the name says nothing. */
 static int32_t origin_chunk(const named_chunk *fw, int32_t n_fw, const char *name) {
   if (!name) return -1;
   const char *cut = NULL;
   for (const char *p = strstr(name, "/grad/"); p; p = strstr(p + 1, "/grad/")) cut = p;
   const char *rc = strstr(name, "/recompute");
   if (rc && (!cut || rc > cut)) cut = rc;
+  if (!cut) cut = strstr(name, "/fp8/");
   if (!cut) return -1;
   named_chunk key = {.name = name, .len = (size_t)(cut - name)};
   const named_chunk *f = bsearch(&key, fw, (size_t)n_fw, sizeof *fw, cmp_named);
