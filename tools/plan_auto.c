@@ -487,6 +487,19 @@ static void free_cuts(char **cuts) {
   }
 }
 
+/* c's options (cand_options) with its cut (cut_string's, or NULL) as
+ * --stage-boundaries, for a pipelined training plan: sc_malloc'd, NULL
+ * where there is nothing to add (or memory ran out). */
+static char *options_with_cut(const sc_search_cand *c, const char *cut) {
+  if (c->inference || c->pp < 2 || !cut) return NULL;
+  char opts[384];
+  cand_options(c, opts, sizeof opts);
+  size_t n = strlen(opts) + strlen(cut) + 32;
+  char *buf = sc_malloc(n);
+  if (buf) snprintf(buf, n, "%s --stage-boundaries %s", opts, cut);
+  return buf;
+}
+
 /* c's JSON (cand_json) with its cut (cut_string's, or NULL): its
  * "boundaries" (null where it is not known: not compiled) and its
  * options' --stage-boundaries. */
@@ -499,14 +512,9 @@ static void add_cut_json(json_t *cj, const sc_search_cand *c, const char *cut) {
     s = e ? e + 1 : NULL;
   }
   json_object_set_new(cj, "boundaries", a ? a : json_null());
-  if (!cut) return;
-  const char *opts = json_string_value(json_object_get(cj, "options"));
-  size_t n = strlen(opts) + strlen(cut) + 32;
-  char *buf = sc_malloc(n);
-  if (!buf) return;
-  snprintf(buf, n, "%s --stage-boundaries %s", opts, cut);
-  json_object_set_new(cj, "options", json_string(buf));
-  sc_free(buf);
+  char *opts = options_with_cut(c, cut);
+  if (opts) json_object_set_new(cj, "options", json_string(opts));
+  sc_free(opts);
 }
 
 static json_t *cand_json(const sc_search_cand *c, const sc_plan_predicted *pr, const char *why) {
@@ -1501,9 +1509,7 @@ int sc_cmd_plan_auto(int argc, char **argv) {
     json_t *cands = json_array();
     for (int32_t i = 0; i < n_shown; i++) {
       json_t *cj1 = cand_json(&shown[i], &shown_pr[i], why[i]);
-      add_cut_json(cj1, &shown[i], i == chosen_at           ? chosen_cut
-                                   : shown_exact[i] >= 0 ? x.cut_of[shown_exact[i]]
-                                                         : NULL);
+      add_cut_json(cj1, &shown[i], shown_exact[i] >= 0 ? x.cut_of[shown_exact[i]] : NULL);
       json_object_set_new(cj1, "exact", json_boolean(shown_exact[i] >= 0));
       if (shown_exact[i] >= 0) { /* its estimate too, to compare */
         sc_plan_predicted est;
@@ -1697,7 +1703,11 @@ int sc_cmd_plan_auto(int argc, char **argv) {
                                                                                  : shown[i].fits,
                                           .chosen = i == chosen_at,
                                           .exact = strcmp(pr->source, "estimate") != 0};
-      cand_options(&shown[i], cands[i].plan, sizeof cands[i].plan);
+      char *with_cut =
+          options_with_cut(&shown[i], shown_exact[i] >= 0 ? x.cut_of[shown_exact[i]] : NULL);
+      if (with_cut) snprintf(cands[i].plan, sizeof cands[i].plan, "%s", with_cut);
+      else cand_options(&shown[i], cands[i].plan, sizeof cands[i].plan);
+      sc_free(with_cut);
       snprintf(cands[i].why, sizeof cands[i].why, "%s", why[i]);
     }
     sc_diag hd = {0};
