@@ -1534,18 +1534,31 @@ int sc_cmd_plan_auto(int argc, char **argv) {
     sc_free(plan_text);
     json_object_set_new(cj, "plan", plan ? plan : json_null());
     add_cut_json(cj, ch, chosen_cut);
-    char replay[1024], opts[384];
-    cand_options(ch, opts, sizeof opts);
-    size_t pos = (size_t)snprintf(replay, sizeof replay, "%s--cluster %s %s%s",
+    /* its options (the cut with them) as a part of the replay */
+    const char *opts = json_string_value(json_object_get(cj, "options"));
+    size_t n_replay = strlen(p.cluster) + strlen(opts) + strlen(a.train_opts) +
+                      (size_t)(o.n_dims + 1) * (sizeof o.dims[0].name + 32) + 64;
+    char *replay = sc_malloc(n_replay);
+    if (!replay) {
+      json_decref(cj);
+      json_decref(cands);
+      fprintf(stderr, "shardc: error: out of memory\n");
+      sc_build_destroy(ex.b);
+      sc_free(r);
+      free_cuts(x.cut_of);
+      return 1;
+    }
+    size_t pos = (size_t)snprintf(replay, n_replay, "%s--cluster %s %s%s",
                                   a.train ? "--train " : "", p.cluster, opts, a.train_opts);
-    for (int k = 0; k < o.n_dims && pos < sizeof replay; k++)
+    for (int k = 0; k < o.n_dims && pos < n_replay; k++)
       if (strcmp(o.dims[k].name, dim_name) != 0)
-        pos += (size_t)snprintf(replay + pos, sizeof replay - pos, " --dim %s=%lld",
+        pos += (size_t)snprintf(replay + pos, n_replay - pos, " --dim %s=%lld",
                                 o.dims[k].name, (long long)o.dims[k].value);
-    if (pos < sizeof replay)
-      snprintf(replay + pos, sizeof replay - pos, " --dim %s=%lld%s", dim_name,
+    if (pos < n_replay)
+      snprintf(replay + pos, n_replay - pos, " --dim %s=%lld%s", dim_name,
                (long long)ch->batch, x.shapes_only ? " --no-weights" : "");
     json_object_set_new(cj, "replay", json_string(replay));
+    sc_free(replay);
     json_t *root = json_pack(
         "{s:{s:f, s:f, s:f, s:i, s:I, s:I, s:o, s:o, s:o}}", "auto", "time_s",
         t_model + t_search + t_exact, "search_time_s", t_search, "exact_time_s", t_exact,
