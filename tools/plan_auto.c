@@ -459,6 +459,64 @@ static void cand_options(const sc_search_cand *c, char *buf, size_t n) {
 #undef ADD
 }
 
+/* Where the built pipelined step part cut its chunks, as
+ * --stage-boundaries takes them ("A,B"; the cut depends on the cluster: a
+ * replay without it cuts there too): sc_malloc'd, or NULL where it was
+ * not cut, a chunk starts at an unnamed node, a name has a comma
+ * (--stage-boundaries splits at commas: the plan file's
+ * pipeline.boundaries names it), or memory ran out. */
+static char *cut_string(const sc_partition *part) {
+  if (!part || part->n_chunks < 2 || !part->chunk_boundaries) return NULL;
+  size_t len = 1;
+  for (int32_t i = 0; i < part->n_chunks - 1; i++) {
+    if (strchr(part->chunk_boundaries[i], ',')) return NULL;
+    len += strlen(part->chunk_boundaries[i]) + 1;
+  }
+  char *s = sc_malloc(len);
+  if (!s) return NULL;
+  size_t pos = 0;
+  for (int32_t i = 0; i < part->n_chunks - 1; i++)
+    pos += (size_t)snprintf(s + pos, len - pos, "%s%s", i ? "," : "", part->chunk_boundaries[i]);
+  return s;
+}
+
+static void free_cuts(char **cuts) {
+  for (int32_t i = 0; i < EXACT_MAX; i++) {
+    sc_free(cuts[i]);
+    cuts[i] = NULL;
+  }
+}
+
+/* c's options (cand_options) with its cut (cut_string's, or NULL) as
+ * --stage-boundaries, for a pipelined training plan: sc_malloc'd, NULL
+ * where there is nothing to add (or memory ran out). */
+static char *options_with_cut(const sc_search_cand *c, const char *cut) {
+  if (c->inference || c->pp < 2 || !cut) return NULL;
+  char opts[384];
+  cand_options(c, opts, sizeof opts);
+  size_t n = strlen(opts) + strlen(cut) + 32;
+  char *buf = sc_malloc(n);
+  if (buf) snprintf(buf, n, "%s --stage-boundaries %s", opts, cut);
+  return buf;
+}
+
+/* c's JSON (cand_json) with its cut (cut_string's, or NULL): its
+ * "boundaries" (null where it is not known: not compiled) and its
+ * options' --stage-boundaries. */
+static void add_cut_json(json_t *cj, const sc_search_cand *c, const char *cut) {
+  if (c->inference || c->pp < 2) return;
+  json_t *a = cut ? json_array() : NULL;
+  for (const char *s = cut; a && s;) {
+    const char *e = strchr(s, ',');
+    json_array_append_new(a, e ? json_stringn(s, (size_t)(e - s)) : json_string(s));
+    s = e ? e + 1 : NULL;
+  }
+  json_object_set_new(cj, "boundaries", a ? a : json_null());
+  char *opts = options_with_cut(c, cut);
+  if (opts) json_object_set_new(cj, "options", json_string(opts));
+  sc_free(opts);
+}
+
 static json_t *cand_json(const sc_search_cand *c, const sc_plan_predicted *pr, const char *why) {
   json_t *pj = sc_plan_predicted_json(pr);
   json_t *o = json_pack("{s:{s:I,s:I,s:I,s:I,s:I,s:I}, s:i, s:I, s:b, s:s, s:i, s:i, s:I, s:s}",
@@ -723,6 +781,7 @@ typedef struct auto_search {
                                    memory planned for (the cluster's device) */
   int32_t chosen;               /* its index in r->top */
   sc_plan_predicted exact_of[EXACT_MAX]; /* of r->top[0 .. n_exact) */
+  char *cut_of[EXACT_MAX];      /* their cuts (cut_string; free_cuts) */
   int32_t n_exact;              /* the last round's */
   int32_t n_exact_all;          /* the command's (at most EXACT_MAX) */
   char exact_cut[256];          /* why the guard cut the exact evaluation, or "" */
@@ -780,6 +839,7 @@ static int fewer_devices(auto_search *x, const sc_search_opts *so, const sc_cli_
   if (st != SC_OK) {
     sc_build_destroy(x->ex.b);
     sc_free(x->r);
+    free_cuts(x->cut_of);
     return sc_cli_report(&d, o->file);
   }
   char half[160];
@@ -970,6 +1030,7 @@ static int choose(auto_search *x) {
   int32_t n_skipped = 0;
   int64_t evaluated = 0, pruned = 0;
   sc_plan_predicted exact_of[EXACT_MAX]; /* of r->top[0 .. n_exact) */
+  char *cut_of[EXACT_MAX] = {0};        /* their cuts (cut_string) */
   int32_t n_exact = 0, n_exact_all = 0; /* this round's, the command's */
   char exact_cut[256] = ""; /* why the guard cut the exact evaluation, or "" */
   for (int32_t round = 0; round < MAX_ROUNDS && chosen < 0; round++) {
@@ -979,6 +1040,7 @@ static int choose(auto_search *x) {
     t_search += sc_cli_now_s() - t0;
     if (st != SC_OK) {
       sc_free(r);
+      free_cuts(cut_of);
       return st == SC_ERR_USAGE ? (fprintf(stderr, "shardc: error: %s: %s\n", o.file, d.msg), 2)
                                 : sc_cli_report(&d, o.file);
     }
@@ -1033,6 +1095,8 @@ static int choose(auto_search *x) {
         }
         break;
       }
+      sc_free(cut_of[n_exact]);
+      cut_of[n_exact] = cut_string(e.b->part);
       exact_of[n_exact++] = e.b->plan->predicted;
       n_exact_all++;
       const sc_plan_predicted *pr = &e.b->plan->predicted;
@@ -1112,6 +1176,7 @@ static int choose(auto_search *x) {
     if (!rc) rc = no_fit(r, limit, o.file, n_skipped > 0, ta.t.bf16 || ta.t.fp16);
     sc_build_destroy(ex.b);
     sc_free(r);
+    free_cuts(cut_of);
     return rc;
   }
   x->args = a;
@@ -1122,6 +1187,7 @@ static int choose(auto_search *x) {
   x->target = target;
   x->chosen = chosen;
   memcpy(x->exact_of, exact_of, sizeof exact_of);
+  memcpy(x->cut_of, cut_of, sizeof cut_of);
   x->n_exact = n_exact;
   memcpy(x->skipped, skipped, sizeof skipped);
   x->n_skipped = n_skipped;
@@ -1367,6 +1433,7 @@ int sc_cmd_plan_auto(int argc, char **argv) {
   sc_search_result *r = x.r;
   exact ex = x.ex;
   int32_t chosen = x.chosen, n_exact = x.n_exact, n_skipped = x.n_skipped;
+  const char *chosen_cut = x.cut_of[chosen]; /* where its chunks were cut, or NULL */
   const sc_plan_predicted *exact_of = x.exact_of;
   char(*skipped)[768] = x.skipped;
   int64_t evaluated = x.evaluated, pruned = x.pruned, limit = x.limit;
@@ -1442,6 +1509,7 @@ int sc_cmd_plan_auto(int argc, char **argv) {
     json_t *cands = json_array();
     for (int32_t i = 0; i < n_shown; i++) {
       json_t *cj1 = cand_json(&shown[i], &shown_pr[i], why[i]);
+      add_cut_json(cj1, &shown[i], shown_exact[i] >= 0 ? x.cut_of[shown_exact[i]] : NULL);
       json_object_set_new(cj1, "exact", json_boolean(shown_exact[i] >= 0));
       if (shown_exact[i] >= 0) { /* its estimate too, to compare */
         sc_plan_predicted est;
@@ -1465,18 +1533,32 @@ int sc_cmd_plan_auto(int argc, char **argv) {
     json_t *plan = plan_text ? json_loads(plan_text, 0, NULL) : NULL;
     sc_free(plan_text);
     json_object_set_new(cj, "plan", plan ? plan : json_null());
-    char replay[1024], opts[384];
-    cand_options(ch, opts, sizeof opts);
-    size_t pos = (size_t)snprintf(replay, sizeof replay, "%s--cluster %s %s%s",
+    add_cut_json(cj, ch, chosen_cut);
+    /* its options (the cut with them) as a part of the replay */
+    const char *opts = json_string_value(json_object_get(cj, "options"));
+    size_t n_replay = strlen(p.cluster) + strlen(opts) + strlen(a.train_opts) +
+                      (size_t)(o.n_dims + 1) * (sizeof o.dims[0].name + 32) + 64;
+    char *replay = sc_malloc(n_replay);
+    if (!replay) {
+      json_decref(cj);
+      json_decref(cands);
+      fprintf(stderr, "shardc: error: out of memory\n");
+      sc_build_destroy(ex.b);
+      sc_free(r);
+      free_cuts(x.cut_of);
+      return 1;
+    }
+    size_t pos = (size_t)snprintf(replay, n_replay, "%s--cluster %s %s%s",
                                   a.train ? "--train " : "", p.cluster, opts, a.train_opts);
-    for (int k = 0; k < o.n_dims && pos < sizeof replay; k++)
+    for (int k = 0; k < o.n_dims && pos < n_replay; k++)
       if (strcmp(o.dims[k].name, dim_name) != 0)
-        pos += (size_t)snprintf(replay + pos, sizeof replay - pos, " --dim %s=%lld",
+        pos += (size_t)snprintf(replay + pos, n_replay - pos, " --dim %s=%lld",
                                 o.dims[k].name, (long long)o.dims[k].value);
-    if (pos < sizeof replay)
-      snprintf(replay + pos, sizeof replay - pos, " --dim %s=%lld%s", dim_name,
+    if (pos < n_replay)
+      snprintf(replay + pos, n_replay - pos, " --dim %s=%lld%s", dim_name,
                (long long)ch->batch, x.shapes_only ? " --no-weights" : "");
     json_object_set_new(cj, "replay", json_string(replay));
+    sc_free(replay);
     json_t *root = json_pack(
         "{s:{s:f, s:f, s:f, s:i, s:I, s:I, s:o, s:o, s:o}}", "auto", "time_s",
         t_model + t_search + t_exact, "search_time_s", t_search, "exact_time_s", t_exact,
@@ -1603,7 +1685,9 @@ int sc_cmd_plan_auto(int argc, char **argv) {
     fmt_bytes((double)exact_pr->peak_bytes_per_rank, pk, sizeof pk);
     char opts[384];
     cand_options(ch, opts, sizeof opts);
-    printf("\nchosen: %s (micro-batch %lld per replica)\n", opts, (long long)ch->micro_batch_size);
+    printf("\nchosen: %s%s%s (micro-batch %lld per replica)\n", opts,
+           chosen_cut ? " --stage-boundaries " : "", chosen_cut ? chosen_cut : "",
+           (long long)ch->micro_batch_size);
     if (exact_pr->unknown[0]) printf("  exact: unknown: %s\n", exact_pr->unknown);
     else
       printf("  exact (compiled, as plan %s--mesh): step %s, MFU %.1f%%, peak %s per "
@@ -1632,7 +1716,11 @@ int sc_cmd_plan_auto(int argc, char **argv) {
                                                                                  : shown[i].fits,
                                           .chosen = i == chosen_at,
                                           .exact = strcmp(pr->source, "estimate") != 0};
-      cand_options(&shown[i], cands[i].plan, sizeof cands[i].plan);
+      char *with_cut =
+          options_with_cut(&shown[i], shown_exact[i] >= 0 ? x.cut_of[shown_exact[i]] : NULL);
+      if (with_cut) snprintf(cands[i].plan, sizeof cands[i].plan, "%s", with_cut);
+      else cand_options(&shown[i], cands[i].plan, sizeof cands[i].plan);
+      sc_free(with_cut);
       snprintf(cands[i].why, sizeof cands[i].why, "%s", why[i]);
     }
     sc_diag hd = {0};
@@ -1648,11 +1736,13 @@ int sc_cmd_plan_auto(int argc, char **argv) {
     if (hs != SC_OK) {
       sc_build_destroy(ex.b);
       sc_free(r);
+      free_cuts(x.cut_of);
       return sc_cli_report(&hd, o.file);
     }
   }
   sc_build_destroy(ex.b);
   sc_free(r);
+  free_cuts(x.cut_of);
   return 0;
 }
 
@@ -1774,12 +1864,15 @@ int sc_plan_auto_resolve(sc_partition_args *p, const sc_cli_opts *o, sc_train_ar
   cand_options(c, opts, sizeof opts);
   sc_cli_format_seconds(pr->step_time_s, t, sizeof t);
   fmt_bytes((double)pr->peak_bytes_per_rank, mem, sizeof mem);
-  fprintf(stderr, "shardc: note: --mesh auto chose --cluster %s %s\n", p->cluster, opts);
+  const char *cut = x.cut_of[x.chosen];
+  fprintf(stderr, "shardc: note: --mesh auto chose --cluster %s %s%s%s\n", p->cluster, opts,
+          cut ? " --stage-boundaries " : "", cut ? cut : "");
   fprintf(stderr, "shardc: note: predicted %s %s, peak %s per rank (%lld candidates evaluated, "
           "%lld pruned, %d compiled, %.2f s)\n", c->inference ? "batch" : "step",
           pr->unknown[0] ? "unknown" : t, mem, (long long)x.evaluated, (long long)x.pruned,
           (int)x.n_exact, x.t_model + x.t_search + x.t_exact);
   sc_build_destroy(x.ex.b);
   sc_free(x.r);
+  free_cuts(x.cut_of);
   return 0;
 }

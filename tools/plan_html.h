@@ -56,7 +56,8 @@ typedef struct sc_plan_html_bar {
 
 /* One row of `plan --auto`'s table. */
 typedef struct sc_plan_html_candidate {
-  char plan[384];           /* its options, as the text table's */
+  char plan[4096];          /* its options, as the JSON's (a pipeline's cut
+                               with them) */
   double step_s, tokens_per_s, mfu;
   int64_t peak_bytes;       /* per rank */
   bool fits, chosen, exact; /* exact: compiled and predicted, not estimated */

@@ -118,6 +118,26 @@ static void print_predicted_json(const sc_build *b) {
   json_decref(o);
 }
 
+/* --json of a pipelined step: ",\n \"plan\": {...}", the plan file that
+ * replays it with --plan (sc_partition_complete_plan: the cut its chunks
+ * were made at, whatever the cluster); 0, or the exit status after the
+ * error. */
+static int print_plan_json(const sc_build *b, const char *file) {
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  char *text = NULL;
+  sc_status st = sc_partition_complete_plan(b->part, b->plan, &d);
+  if (st == SC_OK && !(text = sc_plan_write_json_string(b->plan, &d))) st = d.status;
+  json_t *o = text ? json_loads(text, 0, NULL) : NULL;
+  char *s = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+  if (st == SC_OK && !s) st = sc_diag_set(&d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  if (s) printf(",\n \"plan\": %s", s);
+  free(s);
+  json_decref(o);
+  sc_free(text);
+  return st == SC_OK ? 0 : sc_cli_report(&d, file);
+}
+
 /* ---- a pipelined step ---- */
 
 /* Every rank's action list: each action, what it receives from (<r) and
@@ -193,9 +213,17 @@ static int pipe_report(const sc_build *b, const sc_train_opts *t, bool json, boo
     json_str(mesh);
     printf(", \"ranks\": %lld, \"zero_stage\": %d,\n \"pipeline\": {\"schedule\": \"%s\", "
            "\"stages\": %d, \"virtual_stages\": %d, \"microbatches\": %d, \"deadlock_free\": "
-           "true, \"ranks\": [",
+           "true, \"boundaries\": ",
            (long long)part->mesh.n_ranks, (int)part->zero_stage, sched, (int)P, (int)(C / P),
            (int)M);
+    /* where the chunks were cut (a replay with --stage-boundaries or the
+     * plan file cuts there whatever its cluster) */
+    if (!part->chunk_boundaries) printf("null");
+    for (int32_t i = 0; part->chunk_boundaries && i < C - 1; i++) {
+      printf("%s", i ? ", " : "[");
+      json_str(part->chunk_boundaries[i]);
+    }
+    printf("%s, \"ranks\": [", part->chunk_boundaries && C > 1 ? "]" : "");
     for (int32_t q = 0; q < P; q++) {
       const sc_pipe_row *r = &rows[q];
       printf("%s\n  {\"rank\": %d, \"arena\": %lld, \"state\": %lld, \"stash_peak\": %lld, "
@@ -231,6 +259,7 @@ static int pipe_report(const sc_build *b, const sc_train_opts *t, bool json, boo
     printf("]}");
     json_fallbacks(part);
     print_predicted_json(b);
+    rc = print_plan_json(b, file);
     printf("}\n");
     goto done;
   }
@@ -241,6 +270,11 @@ static int pipe_report(const sc_build *b, const sc_train_opts *t, bool json, boo
   printf("mesh %s (%lld ranks), pipeline %s: %d pipeline ranks x %d chunks, %d microbatches "
          "(each a forward and a backward step)\n", mesh, (long long)part->mesh.n_ranks, sched,
          (int)P, (int)(C / P), (int)M);
+  if (part->chunk_boundaries) {
+    printf("chunks cut at (--stage-boundaries):");
+    for (int32_t i = 0; i < C - 1; i++) printf("%s'%s'", i ? ", " : " ", part->chunk_boundaries[i]);
+    printf("\n");
+  }
   printf("schedule check: every rank's action list runs to its end (no deadlock)\n");
   printf("\nper pipeline rank (one rank of its data and tensor parallel group; planned = "
          "allocated):\n");

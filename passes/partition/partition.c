@@ -387,6 +387,17 @@ sc_status sc_partition_complete_plan(const sc_partition *part, sc_plan *plan, sc
     if (!name) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
     plan->node_stages[plan->n_node_stages++] = (sc_plan_node_stage){name, part->node_stage[i]};
   }
+  /* a pipelined step's cut: the balancer's depends on the cluster (its
+   * byte weight), the replay's on the plan alone */
+  if (part->n_chunks > 1 && part->chunk_boundaries) {
+    const char **b = sc_arena_array(&plan->arena, (size_t)part->n_chunks - 1, sizeof *b);
+    if (!b) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+    for (int32_t i = 0; i < part->n_chunks - 1; i++)
+      if (!(b[i] = sc_plan_strdup(plan, part->chunk_boundaries[i])))
+        return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+    plan->boundaries = b;
+    plan->n_boundaries = part->n_chunks - 1;
+  }
   char text[256];
   for (int32_t i = 0; i < g->n_values; i++) {
     const sc_value *v = &g->values[i];

@@ -98,6 +98,11 @@ typedef struct sc_partition {
    * holds (n_stages, or 4 n_chunks pieces, in piece order). */
   int32_t n_chunks;
   int32_t n_graphs;
+  /* Pipelined training: the forward nodes starting chunks 1 .. n_chunks-1,
+   * where the plan's boundaries or the balancer cut (pipe_train.c; names
+   * in arena): sc_partition_complete_plan writes them into the plan, so
+   * that a replay cuts there whatever its cluster */
+  const char **chunk_boundaries;
   int32_t schedule;            /* sc_schedule_kind (codegen/dist_program.h):
                                   0 gpipe, 1 1f1b, 2 interleaved, 3 zb-h1 */
   bool expert_tensor_parallel; /* the experts' MLPs split over tp as well

@@ -245,6 +245,21 @@ static sc_status forward_chunks(pipe_ctx *c, const sc_plan *plan) {
                                     c->d);
     g->n_nodes = n;
   }
+  /* the cut, by name: the first forward node of each chunk after the
+   * first (the forward is in chunk order) */
+  if (st == SC_OK && c->C > 1) {
+    c->p->chunk_boundaries = sc_arena_array(&c->p->arena, (size_t)c->C - 1,
+                                            sizeof *c->p->chunk_boundaries);
+    if (!c->p->chunk_boundaries) st = nomem(c->d);
+    int32_t named = 0; /* a chunk that starts at an unnamed node: no names */
+    for (int32_t i = 1; st == SC_OK && i < n_fwd; i++)
+      if (c->chunk[i] != c->chunk[i - 1] && g->nodes[i].name && g->nodes[i].name[0]) {
+        const char *name = sc_arena_strdup(&c->p->arena, g->nodes[i].name);
+        if (!name) st = nomem(c->d);
+        else c->p->chunk_boundaries[named++] = name;
+      }
+    if (named != c->C - 1) c->p->chunk_boundaries = NULL;
+  }
   sc_free(key);
   sc_free(cost);
   return st;

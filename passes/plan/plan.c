@@ -114,6 +114,42 @@ static int32_t find_node(const name_ix *ix, int32_t n, const char *name) {
   return hit ? hit->id : -1;
 }
 
+/* A node name with a comma of which piece is one comma-separated piece
+ * (what --stage-boundaries made of it), or NULL. */
+static const char *named_with_comma(const name_ix *ix, int32_t n, const char *piece) {
+  size_t len = strlen(piece);
+  for (int32_t k = 0; k < n; k++) {
+    const char *name = ix[k].name;
+    if (!strchr(name, ',')) continue;
+    for (const char *s = name;; s++) {
+      if (strncmp(s, piece, len) == 0 && (s[len] == ',' || s[len] == 0)) return name;
+      if (!(s = strchr(s, ','))) break;
+    }
+  }
+  return NULL;
+}
+
+/* The error for a boundary of p that is no node of g but a piece of a
+ * node name with a comma (--stage-boundaries split it), else SC_OK. */
+static sc_status comma_boundary(const sc_plan *p, const sc_graph *g, sc_diag *d) {
+  int32_t n_ix = 0;
+  name_ix *ix = build_node_index(g, &n_ix);
+  if (!ix) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  sc_status st = SC_OK;
+  for (int32_t i = 0; i < p->n_boundaries && st == SC_OK; i++) {
+    const char *name = find_node(ix, n_ix, p->boundaries[i]) < 0
+                           ? named_with_comma(ix, n_ix, p->boundaries[i]) : NULL;
+    if (name)
+      st = sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                       "plan: stage boundary '%s' is not a node of the graph, but '%s' is: "
+                       "--stage-boundaries splits at commas, so name it in a plan file's "
+                       "pipeline.boundaries (an array) instead",
+                       p->boundaries[i], name);
+  }
+  sc_free(ix);
+  return st;
+}
+
 static int cmp_str(const void *a, const void *b) {
   return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
@@ -263,10 +299,17 @@ sc_status sc_plan_validate(const sc_plan *p, sc_graph *g, sc_diag *d) {
                        "plan: %d pipeline stages but the pipeline axis %s%s%s has size %lld",
                        p->n_stages, p->pp_axis ? "'" : "", p->pp_axis ? p->pp_axis : "(none)",
                        p->pp_axis ? "'" : "", (long long)pp);
-  if (p->n_boundaries != 0 && p->n_boundaries != p->n_stages - 1)
+  /* a pipelined training step with virtual stages cuts n_stages x V chunks */
+  int32_t chunks = p->n_stages * (p->virtual_stages > 1 ? p->virtual_stages : 1);
+  if (p->n_boundaries != 0 && p->n_boundaries != p->n_stages - 1 &&
+      p->n_boundaries != chunks - 1 && g && (st = comma_boundary(p, g, d)) != SC_OK)
+    return st;
+  if (p->n_boundaries != 0 && p->n_boundaries != p->n_stages - 1 &&
+      p->n_boundaries != chunks - 1)
     return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
-                       "plan: %d stage boundaries for %d stages (want %d, or \"balanced\")",
-                       p->n_boundaries, p->n_stages, p->n_stages - 1);
+                       "plan: %d stage boundaries for %d stages (want %d%s, or \"balanced\")",
+                       p->n_boundaries, p->n_stages, p->n_stages - 1,
+                       chunks > p->n_stages ? ", or one per chunk after the first" : "");
   if (p->microbatches < 1)
     return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL, "plan: microbatches %d; need >= 1",
                        p->microbatches);
@@ -344,6 +387,7 @@ sc_status sc_plan_validate(const sc_plan *p, sc_graph *g, sc_diag *d) {
   int32_t prev = -1;
   for (int32_t i = 0; i < p->n_boundaries && st == SC_OK; i++) {
     int32_t id = find_node(ix, n_ix, p->boundaries[i]);
+    if (id < 0 && (st = comma_boundary(p, g, d)) != SC_OK) break;
     if (id < 0)
       st = sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
                        "plan: stage boundary '%s' is not a node of the graph",

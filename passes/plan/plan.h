@@ -107,7 +107,11 @@ typedef struct sc_plan {
   /* pipeline */
   const char *pp_axis;        /* mesh axis of pipeline stages, or NULL */
   int32_t n_stages;           /* == size of pp_axis (1 without one) */
-  const char **boundaries;    /* n_stages-1 node names starting stages 1.., or */
+  const char **boundaries;    /* n_stages-1 node names starting stages 1..
+                                 (a pipelined training step: its chunks',
+                                 n_stages x virtual_stages - 1, as
+                                 sc_partition_complete_plan writes the cut
+                                 it was built with), or */
   int32_t n_boundaries;       /* 0 = "balanced" (by cost) */
   int32_t microbatches;       /* >= 1 */
   const char *schedule;       /* "gpipe"; training also "1f1b",
@@ -174,7 +178,9 @@ sc_status sc_plan_set_override(sc_plan *p, const char *name, const char *shardin
 /* Checks the plan on its own and, when g is not NULL, against the graph:
  * axes named exist in the mesh and are distinct, and every mesh axis has a
  * role; n_stages equals the pp
- * axis size; boundaries are n_stages-1 distinct nodes of g in graph order;
+ * axis size; boundaries are n_stages-1 (or n_stages x virtual_stages - 1)
+ * distinct nodes of g in graph order, a piece of a node name with a comma
+ * named as such (--stage-boundaries splits at commas);
  * microbatches >= 1; schedule known; overrides parse against the mesh, name
  * an initializer of g with that rank, and divide its shape; node stages name
  * nodes of g, each once, in range; recompute names nodes; zero_stage 0..3;

@@ -13,7 +13,8 @@ auto_ep.test).
       auto.chosen.plan replayed with --plan (and the recompute and training
       options, which the plan file does not hold) predicts it again.
       A --reduce-dtype in the replay is in the plan file
-      (training.reduce_dtype).
+      (training.reduce_dtype), and so is a pipeline's cut, its
+      --stage-boundaries (pipeline.boundaries, auto.chosen.boundaries).
   auto_check.py infer SHARDC MODEL AUTO.json TMP
       an inference search (no --train): the same checks of the chosen plan
       and of the exactly evaluated ones, by the objective (latency: the
@@ -107,11 +108,14 @@ def replays(shardc, model, ch, tmp):
         json.dump(ch["plan"], f)
     train = []
     skip = {"--cluster", "--mesh", "--zero", "--schedule", "--virtual-stages",
-            "--microbatches", "--reduce-dtype"}
+            "--microbatches", "--reduce-dtype", "--stage-boundaries"}
     i = 0
     while i < len(replay):
         if replay[i] == "--reduce-dtype":  # the plan file holds it
             assert ch["plan"]["training"]["reduce_dtype"] == replay[i + 1], ch["plan"]["training"]
+        if replay[i] == "--stage-boundaries":  # so does it the pipeline's cut
+            cut = ch["plan"]["pipeline"]["boundaries"]
+            assert cut == ch["boundaries"] == replay[i + 1].split(","), (cut, ch["boundaries"])
         if replay[i] in skip:
             i += 2
             continue
