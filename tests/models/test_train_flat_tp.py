@@ -11,10 +11,22 @@ GPT-2 with seeded random data (batch 6), AdamW with clipping, 3 steps:
     each step's loss and gradient norm equal one rank's (relative 2e-5),
     the checkpoints' weights and optimizer state one rank's tensor by tensor
     in the parameters' shapes (2e-2 of the change: test_train_dist's);
-  - bf16 likewise: losses and norms within 1e-3 of one rank's in bf16
-    (test_train_zero3_bf16's tolerance); the weights and optimizer state
-    within 1e-4 of their scale of dp=3,tp=2's in bf16 (the same pieces
-    all-reduced, nothing stored flat: measured 2.5e-6 and 1.5e-7).
+  - bf16 likewise: losses and norms within 2^-8 (3.9e-3, bf16's unit
+    roundoff) of one rank's in bf16. From the same weights tp's step
+    rounds its partial products to bf16 where one rank rounds the whole:
+    step 1's weight gradients at tp=2 differ from one rank's by 1 ulp of
+    bf16 at the median, 5 at the 90th percentile, their norm by 1.8e-4
+    (1.1e-4 here). But AdamW's first update moves each element by lr times
+    its gradient's sign, and the ~300 of 168,192 elements whose sign that
+    rounding turns end 2 lr apart, so steps 2 and 3 start from other
+    weights: over 10 data seeds the norms differ by up to 1.75e-3 with the
+    GELU one Gelu node, 2.0e-3 spelled out (SHARDC_NO_FUSE_GELU=1), 5 and
+    4 seeds of 10 past test_train_zero3_bf16's 1e-3 (this seed's step 2:
+    1.28e-3 folded, of which 1.17e-3 is one rank's step from the mesh's
+    weights, 6e-5 the mesh's step from one rank's); the weights and
+    optimizer state within 1e-4 of their scale of dp=3,tp=2's in bf16 (the
+    same pieces all-reduced, nothing stored flat: measured 2.5e-6 and
+    1.5e-7).
     Against one rank's the weights differ as tp=2's alone do: the QKV
     bias's key third has a zero gradient in exact arithmetic, so AdamW moves
     it by lr times the sign of bf16's rounding (0.67 of its change at tp=2,
@@ -49,12 +61,6 @@ from onnx import numpy_helper
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from checks import check, finish  # noqa: E402
-# The bf16 tolerances were set with GPT-2's GELU spelled out; with it one
-# Gelu node (fuse-gelu) the bf16 step at fsdp=3,tp=2 --zero 3 differs from
-# one rank's by 1.28e-3 in the gradient norm (3.9e-4 spelled out; fp32
-# 1.5e-7 either way), over the 1e-3 above: kept spelled out here until that
-# is understood.
-os.environ["SHARDC_NO_FUSE_GELU"] = "1"
 from test_train_dist import compare, losses, run  # noqa: E402
 from test_train_zero3_bf16 import (BF16, MODEL, NRAF, STEPS, base_args, gathered,  # noqa: E402
                                    rel)
@@ -116,7 +122,7 @@ def main():
                     worst = 0.0
                     for a, b in zip(losses(ref["log"]), losses(got["log"])):
                         for k in ("loss", "grad_norm"):
-                            ok = rel(a[k], b[k]) <= 1e-3
+                            ok = rel(a[k], b[k]) <= 2.0 ** -8
                             check(ok, f"bf16 {what}: step {a['step']} {k} {b[k]} vs one rank "
                                   f"{a[k]}")
                             worst = max(worst, rel(a[k], b[k]))

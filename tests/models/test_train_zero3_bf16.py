@@ -14,11 +14,22 @@ data (batch 6), AdamW with clipping, 3 steps:
     rank's gradient pieces rounded to bf16 before their sum), the final
     weights within 0.4 of their change over the 3 steps in 2-norm (AdamW's
     first steps move each element by about lr whatever its gradient's
-    size, so bf16's rounding of the small ones moves them as much: dp=2,
-    which gathers nothing, measures 0.316, these 0.30-0.34), all finite, no
-    fallback at fsdp=2; and the fsdp=2 --zero 3 runs (with and without
-    --no-reshard-after-forward) bit for bit the fsdp=2 --zero 1 run's, which
-    casts the whole replicated parameter (a Cast commutes with a gather);
+    size, so bf16's rounding of the small ones moves them as much), all
+    finite, no fallback at fsdp=2. The QKV bias's key third is held apart:
+    its gradient is zero in exact arithmetic (q·b_k adds one constant to a
+    row of scores, which softmax ignores), so each step moves each of its
+    elements by about lr times the sign of bf16's rounding on either run,
+    and its difference is as large as its change; it is checked to have
+    moved at most lr·(1.004 + wd·|w|) a step (AdamW's bias-corrected
+    |m/sqrt(v)| over the first 3 steps, by Cauchy-Schwarz) and the rest of
+    the bias within 0.4 of its change. With the key third the bias measured
+    0.27-0.45 of its change over 8 data seeds (bf16 GPT-2 at the meshes of
+    test_train_flat_bucket, with the GELU one Gelu node or spelled out),
+    0.09 at most without it, every tensor 0.17 at most over 5 of those
+    seeds (these meshes here: 0.016-0.024); and the fsdp=2 --zero 3 runs
+    (with and without --no-reshard-after-forward) bit for bit the fsdp=2
+    --zero 1 run's, which casts the whole replicated parameter (a Cast
+    commutes with a gather);
   - fp32 at fsdp=3 --zero 3 with and without --no-reshard-after-forward:
     test_train_dist's tolerances (losses 2e-5, weights and state 2e-2 of
     their scale), nothing gathered in bf16;
@@ -64,6 +75,7 @@ BF16_MESHES = [["--mesh", "dp=2"], ZERO1, ["--mesh", "fsdp=2", "--zero", "3"], [
                ["--mesh", "pp=2,fsdp=3", "--zero", "3", "--microbatches", "2",
                 "--schedule", "1f1b"]]
 WEIGHT_TOL = 0.4
+LR, WEIGHT_DECAY = 1e-3, 0.01  # AdamW's lr here and its default weight decay
 F32_MESHES = [["--mesh", "fsdp=3", "--zero", "3"], ["--mesh", "fsdp=3", "--zero", "3"] + NRAF]
 
 
@@ -73,7 +85,7 @@ def base_args(tmp):
     np.save(ids, r.randint(0, 1000, (BATCH, 16)).astype(np.int64))
     np.save(lab, r.randint(0, 1000, (BATCH, 16)).astype(np.int64))
     return [MODEL, "--dim", f"batch={BATCH}", "--threads", "1", "--data", f"input_ids={ids}",
-            "--labels", lab, "--optimizer", "adamw", "--lr", "1e-3", "--clip-grad-norm", "1"]
+            "--labels", lab, "--optimizer", "adamw", "--lr", str(LR), "--clip-grad-norm", "1"]
 
 
 def rel(a, b):
@@ -100,8 +112,17 @@ def bf16_close(what, ref, got, init):
                                   f"bf16 {what}: '{k}' shape or not finite"):
             continue
         a64, b64 = a.astype(np.float64), b.astype(np.float64)
-        scale = np.linalg.norm(a64 - init[k].astype(np.float64)) if k in init else \
-            np.linalg.norm(a64)
+        w0 = init[k].astype(np.float64) if k in init else np.zeros_like(a64)
+        if k.endswith("attn.c_attn.bias") and a64.size % 3 == 0:
+            # the key third: a zero gradient in exact arithmetic (above)
+            n = a64.size // 3
+            key = slice(n, 2 * n)
+            most = np.abs(b64[key] - w0[key]).max()
+            bound = STEPS * LR * (1.004 + WEIGHT_DECAY * (np.abs(w0[key]).max() + STEPS * LR))
+            check(most <= bound, f"bf16 {what}: '{k}' key third moved {most:.3g}, "
+                  f"AdamW's {STEPS} steps at most {bound:.3g}")
+            a64, b64, w0 = (np.r_[x[:n], x[2 * n:]] for x in (a64, b64, w0))
+        scale = np.linalg.norm(a64 - w0) if k in init else np.linalg.norm(a64)
         err = np.linalg.norm(a64 - b64)
         wworst = max(wworst, err / max(scale, 1e-30))
         check(err <= WEIGHT_TOL * scale + 1e-9,
