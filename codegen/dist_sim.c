@@ -315,15 +315,17 @@ sc_status sc_dist_step_compute_time(const sc_cluster *c, const sc_program *p, co
         SC_OK)
       return d->status;
     *flops = f;
-    /* the epilogue kernel, on a device whose kernels have a model (the
-     * CPU's: it runs every epilogue; a GPU's activation epilogue may run
-     * inside the product) */
-    if (st->kernel >= 0 && st->kernel < p->n_kernels && c->profile.present &&
-        c->profile.has_kernel) {
+    /* the bias gradient's and the epilogue kernel, on a device whose
+     * kernels have a model (the CPU's: it runs every epilogue; a GPU's
+     * activation epilogue may run inside the product) */
+    int32_t ks[2] = {g->bgrad != SC_GEMM_BGRAD_NONE ? g->bgrad_kernel : -1, st->kernel};
+    for (int i = 0; i < 2; i++) {
+      if (ks[i] < 0 || ks[i] >= p->n_kernels || !c->profile.present || !c->profile.has_kernel)
+        continue;
       double fe[SC_PROFILE_KERNEL_TERMS], se = 0;
       bool split;
-      sc_dist_kernel_features(p->kernels[st->kernel], fe, &split);
-      double kb = kernel_bytes(p, p->kernels[st->kernel]);
+      sc_dist_kernel_features(p->kernels[ks[i]], fe, &split);
+      double kb = kernel_bytes(p, p->kernels[ks[i]]);
       if (sc_cost_kernel_time(c, kb, fe, split, &se, d) != SC_OK) return d->status;
       *seconds += se;
     }

@@ -872,11 +872,14 @@ static void take_activation(fg *f, sc_lower_ctx *cx, const int32_t *mem, int32_t
  * every axis but the last, of the output gradient dY that is an operand of
  * the GEMM step right before it, dW = Xᵀ·dY (B, not transposed, read as
  * [k, n]) or dWᵀ = dYᵀ·X (A, transposed, read as [k, m]): the kernel
- * becomes that step's epilogue kernel, with sc_gemm.bgrad, and a device
- * may compute the bias gradient in the product (cuBLASLt's BGRADA or
- * BGRADB). Only where the step has no epilogue kernel of its own, no
- * activation, bias, batch, FP8 operands or convolution, alpha 1 and beta
- * 0, and the sum, dY and C have one dtype. Any other kernel stays a step. */
+ * becomes that step's bias-gradient kernel (sc_gemm.bgrad, bgrad_kernel),
+ * beside the step's own epilogue kernel if it has one (a bf16 step's cast
+ * of dW to f32), and a device may compute the bias gradient in the product
+ * (cuBLASLt's BGRADA or BGRADB). Only where the step has no activation,
+ * bias, batch, FP8 operands or convolution, alpha 1 and beta 0, its own
+ * epilogue kernel (run after the sum) neither writes dY nor touches the
+ * sum, and the sum, dY and C have one dtype. Any other kernel stays a
+ * step. */
 static void take_bias_grad(fg *f, sc_lower_ctx *cx, const int32_t *mem, int32_t nm,
                            int32_t ks) {
   sc_program *p = f->p;
@@ -884,7 +887,7 @@ static void take_bias_grad(fg *f, sc_lower_ctx *cx, const int32_t *mem, int32_t 
   if (ks < 1 || nm != 1 || p->steps[ks].kind != SC_STEP_KERNEL) return;
   sc_step *gs = &p->steps[ks - 1];
   sc_gemm *gm = &gs->gemm;
-  if (gs->kind != SC_STEP_GEMM || gs->kernel >= 0 || gm->conv.on || gm->fp8 ||
+  if (gs->kind != SC_STEP_GEMM || gm->bgrad != SC_GEMM_BGRAD_NONE || gm->conv.on || gm->fp8 ||
       gm->act != SC_GEMM_ACT_NONE || gm->bias >= 0 || gm->batch != 1 || gm->alpha != 1.0f ||
       gm->beta != 0.0f)
     return;
@@ -896,6 +899,14 @@ static void take_bias_grad(fg *f, sc_lower_ctx *cx, const int32_t *mem, int32_t 
   if (vb < 0 || ob < 0 || kk->n_params != 2) return;
   for (int32_t i = 0; i < kk->n_params; i++)
     if (kk->params[i].buffer != (kk->params[i].written ? ob : vb)) return;
+  if (gs->kernel >= 0) { /* the step's own epilogue kernel runs after the sum */
+    const kir_kernel *ek = p->kernels[gs->kernel];
+    int32_t vr = sc_program_root(p, vb), orr = sc_program_root(p, ob);
+    for (int32_t i = 0; i < ek->n_params; i++) {
+      int32_t r = sc_program_root(p, ek->params[i].buffer);
+      if (r == orr || (ek->params[i].written && r == vr)) return;
+    }
+  }
   sc_dtype t = p->buffers[gm->c].dtype;
   if (p->buffers[vb].dtype != t || p->buffers[ob].dtype != t || g->values[o].dtype != t) return;
   /* which operand dY is, read as [k, len] row-major */
@@ -909,7 +920,7 @@ static void take_bias_grad(fg *f, sc_lower_ctx *cx, const int32_t *mem, int32_t 
   if (side == SC_GEMM_BGRAD_NONE || sc_value_numel(dy) != gm->k * len ||
       sc_value_numel(&g->values[o]) != len)
     return;
-  gs->kernel = p->steps[ks].kernel;
+  gm->bgrad_kernel = p->steps[ks].kernel;
   gm->bgrad = side;
   gm->bgrad_out = ob;
   p->n_steps--;

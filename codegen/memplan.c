@@ -132,7 +132,8 @@ static sc_status compute_life(const sc_program *p, life *l, sc_diag *diag) {
                          (int)st->kernel);
     }
     t.step = SC_TIME(s);
-    if (split_gemm(p, st)) { /* the product at 2s, then its epilogue kernel */
+    if (split_gemm(p, st) || (st->kind == SC_STEP_GEMM && st->gemm.bgrad != SC_GEMM_BGRAD_NONE)) {
+      /* the product (and its bias gradient's kernel) at 2s, then its epilogue kernel */
       sc_step gemm_part = *st;
       gemm_part.kernel = -1;
       t.step = 2 * s;
@@ -141,9 +142,11 @@ static sc_status compute_life(const sc_program *p, life *l, sc_diag *diag) {
       if (g->act_aux && g->act == SC_GEMM_ACT_GELU_TANH) touch(&t, g->act_out, true);
       if (g->bgrad != SC_GEMM_BGRAD_NONE) touch(&t, g->bgrad_out, true); /* BGRADA/B */
       t.step = SC_TIME(s);
-      const kir_kernel *k = p->kernels[st->kernel];
-      for (int32_t i = 0; i < k->n_params; i++)
-        touch(&t, k->params[i].buffer, k->params[i].written);
+      if (st->kernel >= 0 && st->kernel < p->n_kernels) {
+        const kir_kernel *k = p->kernels[st->kernel];
+        for (int32_t i = 0; i < k->n_params; i++)
+          touch(&t, k->params[i].buffer, k->params[i].written);
+      }
     } else {
       sc_step_buffers(p, st, touch, &t);
     }

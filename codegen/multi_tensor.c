@@ -519,13 +519,15 @@ static sc_status merge(sc_program *p, const int32_t *mem, int32_t n, kir_kernel 
   return SC_OK;
 }
 
-/* The kernel ids step s names (its kernel; a convolution's prep and bias
- * kernels; a max-pool's prep kernels), as pointers into it; returns how
- * many (at most 5), -1 entries included. */
+/* The kernel ids step s names (its kernel; a bias gradient's kernel; a
+ * convolution's prep and bias kernels; a max-pool's prep kernels), as
+ * pointers into it; returns how many (at most 5), -1 entries included. */
 static int32_t kernel_refs(sc_step *s, int32_t **refs) {
   int32_t n = 0;
   refs[n++] = &s->kernel;
-  if (s->kind == SC_STEP_GEMM && s->gemm.conv.on) {
+  if (s->kind == SC_STEP_GEMM && s->gemm.bgrad != SC_GEMM_BGRAD_NONE)
+    refs[n++] = &s->gemm.bgrad_kernel;
+  else if (s->kind == SC_STEP_GEMM && s->gemm.conv.on) {
     refs[n++] = &s->gemm.conv.prep[0];
     refs[n++] = &s->gemm.conv.prep[1];
     refs[n++] = &s->gemm.conv.bias_kernel;

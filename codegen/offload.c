@@ -151,10 +151,13 @@ static void remap_step(sc_program *p, sc_step *s, const remap *map) {
     remap_id(&s->pool.x, map);
     remap_id(&s->pool.y, map);
   }
-  if (s->kernel >= 0 && s->kernel < p->n_kernels) {
-    kir_kernel *k = p->kernels[s->kernel];
-    for (int32_t i = 0; i < k->n_params; i++) remap_id(&k->params[i].buffer, map);
-  }
+  int32_t ks[2] = {s->kernel, s->kind == SC_STEP_GEMM && s->gemm.bgrad != SC_GEMM_BGRAD_NONE
+                                 ? s->gemm.bgrad_kernel : -1};
+  for (int j = 0; j < 2; j++)
+    if (ks[j] >= 0 && ks[j] < p->n_kernels) {
+      kir_kernel *k = p->kernels[ks[j]];
+      for (int32_t i = 0; i < k->n_params; i++) remap_id(&k->params[i].buffer, map);
+    }
 }
 
 static int cmp_str(const void *x, const void *y) {

@@ -114,7 +114,8 @@ int32_t sc_program_add_step(sc_program *p, const sc_step *s) {
   if (ns.kind == SC_STEP_GEMM && ns.gemm.act == SC_GEMM_ACT_NONE)
     ns.gemm.act_out = -1, ns.gemm.act_aux = false;
   if (ns.kind == SC_STEP_GEMM && ns.gemm.act != SC_GEMM_ACT_DGELU_TANH) ns.gemm.act_in = -1;
-  if (ns.kind == SC_STEP_GEMM && ns.gemm.bgrad == SC_GEMM_BGRAD_NONE) ns.gemm.bgrad_out = -1;
+  if (ns.kind == SC_STEP_GEMM && ns.gemm.bgrad == SC_GEMM_BGRAD_NONE)
+    ns.gemm.bgrad_out = ns.gemm.bgrad_kernel = -1;
   if (ns.kind == SC_STEP_GEMM && !ns.gemm.fp8) {
     ns.gemm.a8 = ns.gemm.b8 = -1;
     ns.gemm.a8_tn = ns.gemm.b8_tn = false;
@@ -484,6 +485,11 @@ void sc_step_buffers(const sc_program *p, const sc_step *s, sc_step_buffer_fn fn
     if (c->out >= 0) fn(ud, c->out, true);
     return;
   }
+  if (s->kind == SC_STEP_GEMM && s->gemm.bgrad != SC_GEMM_BGRAD_NONE &&
+      s->gemm.bgrad_kernel >= 0 && s->gemm.bgrad_kernel < p->n_kernels) {
+    const kir_kernel *k = p->kernels[s->gemm.bgrad_kernel];
+    for (int32_t i = 0; i < k->n_params; i++) fn(ud, k->params[i].buffer, k->params[i].written);
+  }
   if (s->kernel >= 0 && s->kernel < p->n_kernels) {
     const kir_kernel *k = p->kernels[s->kernel];
     for (int32_t i = 0; i < k->n_params; i++) fn(ud, k->params[i].buffer, k->params[i].written);
@@ -631,8 +637,10 @@ void sc_program_print(const sc_program *p, FILE *out) {
                 g->act_aux ? " aux" : "");
       if (g->act == SC_GEMM_ACT_DGELU_TANH) fprintf(out, " in=b%d", (int)g->act_in);
       if (g->bgrad != SC_GEMM_BGRAD_NONE)
-        fprintf(out, " bgrad %s->b%d", g->bgrad == SC_GEMM_BGRAD_A ? "a" : "b",
-                (int)g->bgrad_out);
+        fprintf(out, " bgrad %s->b%d k%d %s", g->bgrad == SC_GEMM_BGRAD_A ? "a" : "b",
+                (int)g->bgrad_out, (int)g->bgrad_kernel,
+                g->bgrad_kernel >= 0 && g->bgrad_kernel < p->n_kernels
+                    ? p->kernels[g->bgrad_kernel]->name : "?");
     } else if (s->kind == SC_STEP_CHECK) {
       fprintf(out, "check b%d in [-%lld, %lld)", (int)s->check.buffer, (long long)s->check.dim,
               (long long)s->check.dim);

@@ -134,15 +134,19 @@ typedef struct sc_gemm {
   int32_t act_in;             /* DGELU_TANH's second input, else -1 */
   /* When bgrad is not NONE (set by sc_program_from_graph: a training
    * step's bias gradient, the ReduceSum of the output gradient dY that is
-   * one operand of the weight gradient's product, dW = Xᵀ·dY), the step's
-   * epilogue kernel computes exactly that sum of the operand, read as
+   * one operand of the weight gradient's product, dW = Xᵀ·dY), kernel
+   * bgrad_kernel computes exactly that sum of the operand, read as
    * stored, into bgrad_out (of C's dtype), and nothing else (act is NONE,
-   * batch 1): a device may compute it in the product instead (cuBLASLt's
-   * BGRADA epilogue for our B, BGRADB for our A: cuBLAS's A is our B) and
-   * skip the kernel. The memory plan keeps bgrad_out apart from the
-   * product's operands and C (it is written during the product). */
+   * batch 1). It is the step's second kernel, beside its own epilogue
+   * kernel (the step's kernel, if any: a bf16 step's cast of dW), and
+   * runs after the product, before that kernel: a device may compute the
+   * sum in the product instead (cuBLASLt's BGRADA epilogue for our B,
+   * BGRADB for our A: cuBLAS's A is our B) and skip bgrad_kernel alone.
+   * The memory plan keeps bgrad_out apart from the product's operands and
+   * C (it is written during the product). */
   sc_gemm_bgrad bgrad;
   int32_t bgrad_out;          /* that buffer (meaningful with bgrad only) */
+  int32_t bgrad_kernel;       /* that kernel (meaningful with bgrad only) */
   /* When fp8 is set, A and B are f32 widenings of FP8 values (an FP8
    * training step's quantized operands: passes/fp8.c) that are also held
    * in buffers a8 and b8 (f8e4m3fn or f8e5m2, A's and B's layout): a
@@ -491,6 +495,7 @@ static inline int32_t sc_program_updates(const sc_program *p, int32_t j) {
  * as the step names them, not their roots; a buffer may be reported more
  * than once). KERNEL steps: the kernel's params (written flag). GEMM steps:
  * a, b and bias read, c read too when beta != 0, c written, then the
+ * bias gradient's kernel's params (sc_gemm.bgrad_kernel), then the
  * epilogue kernel's params. COMM steps: in read, pack written and read, out
  * written, unpack written and read. CHECK steps: the buffer read. SCATTER_ADD: data, indices
  * and updates read, out written. ATTENTION: q, k, v, mask read, o and lse

@@ -240,6 +240,7 @@ static json_t *write_step(const sc_step *s) {
     if (g->bgrad != SC_GEMM_BGRAD_NONE) {
       json_object_set_new(go, "bgrad", json_string(g->bgrad == SC_GEMM_BGRAD_A ? "a" : "b"));
       json_object_set_new(go, "bgrad_out", json_integer(g->bgrad_out));
+      json_object_set_new(go, "bgrad_kernel", json_integer(g->bgrad_kernel));
     }
     if (g->conv.on) {
       const sc_conv_geom *v = &g->conv;
@@ -1354,21 +1355,22 @@ static sc_status read_step(reader *r, json_t *o, int32_t sid, sc_step *s) {
       return st;
   }
   m->bgrad = SC_GEMM_BGRAD_NONE;
-  m->bgrad_out = -1;
-  if (json_object_get(g, "bgrad")) { /* the epilogue kernel sums one operand over k */
+  m->bgrad_out = m->bgrad_kernel = -1;
+  if (json_object_get(g, "bgrad")) { /* bgrad_kernel sums one operand over k */
     static const char *const sides[SC_GEMM_BGRAD_COUNT] = {"none", "a", "b"};
     int b;
     if ((st = get_enum(r, g, "bgrad", sides, SC_GEMM_BGRAD_COUNT, &b)) ||
-        (st = get_range(r, g, "bgrad_out", true, 0, 0, hi, &m->bgrad_out)))
+        (st = get_range(r, g, "bgrad_out", true, 0, 0, hi, &m->bgrad_out)) ||
+        (st = get_range(r, g, "bgrad_kernel", true, 0, 0, p->n_kernels - 1, &m->bgrad_kernel)))
       return st;
     m->bgrad = (sc_gemm_bgrad)b;
     const sc_buffer *bb = &p->buffers[m->bgrad_out];
     int64_t need = m->bgrad == SC_GEMM_BGRAD_A ? m->m : m->n, bytes;
     if (m->bgrad != SC_GEMM_BGRAD_NONE &&
-        (s->kernel < 0 || m->act != SC_GEMM_ACT_NONE || m->batch != 1 || m->fp8 ||
-         bb->kind == SC_BUF_CONST || bb->kind == SC_BUF_INPUT || bb->dtype != t ||
+        (m->bgrad_kernel == s->kernel || m->act != SC_GEMM_ACT_NONE || m->batch != 1 ||
+         m->fp8 || bb->kind == SC_BUF_CONST || bb->kind == SC_BUF_INPUT || bb->dtype != t ||
          !sc_mul_i64(need, (int64_t)sc_dtype_size(t), &bytes) || bb->bytes < bytes))
-      return fail(r, SC_ERR_INVALID, "GEMM bias gradient without an epilogue kernel, with an "
+      return fail(r, SC_ERR_INVALID, "GEMM bias gradient in the step's epilogue kernel, with an "
                   "activation, batched or FP8, or into %s buffer %d that is not %lld elements "
                   "of %s", BUF_KINDS[bb->kind], m->bgrad_out, (long long)need,
                   sc_dtype_name(t));

@@ -378,6 +378,9 @@ const char *sc_gemm_problem(const sc_program *p, const sc_step *s) {
       return "bias shape does not match the product";
   }
   if (s->kernel >= p->n_kernels) return "epilogue kernel id out of range";
+  if (g->bgrad != SC_GEMM_BGRAD_NONE &&
+      (g->bgrad_kernel < 0 || g->bgrad_kernel >= p->n_kernels || g->bgrad_kernel == s->kernel))
+    return "bias-gradient kernel id out of range";
   return NULL;
 }
 
@@ -1240,6 +1243,7 @@ static void cpu_run_gemm(void *ctx, const sc_step *s) {
       sc_host_gemm_scale(g, c->ptrs[g->c],
                          *(const float *)c->ptrs[g->a8_scale] * *(const float *)c->ptrs[g->b8_scale]);
   }
+  if (g->bgrad != SC_GEMM_BGRAD_NONE) run_kernel_id(c, g->bgrad_kernel); /* the bias gradient */
   if (s->kernel >= 0 && !epi_ran) run_kernel_id(c, s->kernel);
 }
 

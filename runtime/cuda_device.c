@@ -1299,7 +1299,11 @@ static void cuda_run_gemm(void *ctx, const sc_step *s) {
               "cuLaunchKernel");
   else if (sc_gpu_gemm_enqueue(c->gemm, c->gemm_id[s - c->p->steps], c->compute, &d) != SC_OK)
     fail(c, &d);
-  if (s->kernel >= 0 && !c->gemm_fused[s - c->p->steps]) launch_kernel(c, s->kernel);
+  /* the product applied the activation (the step's kernel) or summed the bias
+   * gradient (bgrad_kernel: the step's own kernel still runs) */
+  bool fused = c->gemm_fused[s - c->p->steps];
+  if (s->gemm.bgrad != SC_GEMM_BGRAD_NONE && !fused) launch_kernel(c, s->gemm.bgrad_kernel);
+  if (s->kernel >= 0 && !(fused && s->gemm.act != SC_GEMM_ACT_NONE)) launch_kernel(c, s->kernel);
 }
 
 /* ATTENTION: the forward kernel; ATTENTION_GRAD: dK/dV, then dQ (they

@@ -82,7 +82,8 @@ const char *sc_gpu_gemm_engine(const sc_gpu_gemm *e);
  * dim and batch stride multiples of 8; else the plain product, and the
  * kernel runs); or whether it computes g->bgrad into bgrad (no activation,
  * no bias, batch 1; on a GPU when cuBLASLt has an algorithm with BGRADA or
- * BGRADB; else the plain product, and the kernel runs). */
+ * BGRADB; else the plain product), so that the caller must skip
+ * g->bgrad_kernel (the step's own epilogue kernel still runs). */
 sc_status sc_gpu_gemm_add(sc_gpu_gemm *e, const sc_gemm *g, sc_dtype t, CUdeviceptr a,
                           CUdeviceptr b, CUdeviceptr bias, int64_t bias_numel, CUdeviceptr c,
                           CUdeviceptr act_out, CUdeviceptr act_in, CUdeviceptr bgrad,
