@@ -1243,7 +1243,8 @@ static void cpu_run_gemm(void *ctx, const sc_step *s) {
       sc_host_gemm_scale(g, c->ptrs[g->c],
                          *(const float *)c->ptrs[g->a8_scale] * *(const float *)c->ptrs[g->b8_scale]);
   }
-  if (g->bgrad != SC_GEMM_BGRAD_NONE) run_kernel_id(c, g->bgrad_kernel); /* the bias gradient */
+  /* the bias gradient (s->gemm: g may point at the repitched copy, out of scope here) */
+  if (s->gemm.bgrad != SC_GEMM_BGRAD_NONE) run_kernel_id(c, s->gemm.bgrad_kernel);
   if (s->kernel >= 0 && !epi_ran) run_kernel_id(c, s->kernel);
 }
 
