@@ -223,7 +223,9 @@ static int pipe_report(const sc_build *b, const sc_train_opts *t, bool json, boo
       printf("%s", i ? ", " : "[");
       json_str(part->chunk_boundaries[i]);
     }
-    printf("%s, \"ranks\": [", part->chunk_boundaries && C > 1 ? "]" : "");
+    /* a cut of one chunk has no boundary: an empty list, still JSON */
+    printf("%s, \"ranks\": [",
+           !part->chunk_boundaries ? "" : C > 1 ? "]" : "[]");
     for (int32_t q = 0; q < P; q++) {
       const sc_pipe_row *r = &rows[q];
       printf("%s\n  {\"rank\": %d, \"arena\": %lld, \"state\": %lld, \"stash_peak\": %lld, "
