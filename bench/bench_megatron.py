@@ -75,6 +75,22 @@ def attention_args(c):
     return ["--no-fuse-attention"] if c["table"] == "a100" else []
 
 
+def loss_args(c):
+    """The loss as the published runs computed it: both tables' runs took
+    Megatron-LM's vocabulary-parallel cross-entropy on an f32 copy of the
+    logits, at every tensor-parallel size, one (unfused) PyTorch op a pass:
+    the cast (`output.float()`, megatron/model/gpt_model.py at aed2f75e20,
+    April 2021; `vocab_parallel_logits.float()`,
+    megatron/core/tensor_parallel/cross_entropy.py:27 at f2e5db402c, July
+    2024), max, subtract, exp, sum, divide in the forward, the gradient's
+    multiply and its cast back to bf16 in the backward: about 52 bytes an
+    element of the logits. `--no-fuse-loss` plans that decomposed form (36
+    bytes an element at tp=1), which shardc compiles at tp > 1 anyway; the
+    fused SoftmaxCrossEntropy (6 bytes) is shardc's own program, which
+    `--auto` keeps. docs/planner.md, "The H100 1.7B row"."""
+    return ["--no-fuse-loss"]
+
+
 def published_flops(c):
     """FLOPs of one training step of c as its table counts them (B global
     batch, s sequence, L layers, h hidden, V vocabulary; MLP 4h, no grouped
@@ -109,7 +125,7 @@ def plan_args(c, accum=1):
     args = ["--train", "--no-weights", "--cluster", f"{c['cluster']}:8x{nodes}",
             "--mesh", mesh_of(c), "--precision", "bf16", "--optimizer", "adamw",
             "--recompute", "full" if c["table"] == "a100" else "none",
-            "--dim", f"batch={c['batch'] // accum}", "--json"] + attention_args(c)
+            "--dim", f"batch={c['batch'] // accum}", "--json"] + attention_args(c) + loss_args(c)
     if accum > 1:
         args += ["--grad-accum", str(accum)]
     if c["pp"] > 1:

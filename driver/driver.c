@@ -154,7 +154,8 @@ static sc_status step_train(job *j) {
   sc_train_opts o = *j->o->train;
   o.no_fuse_attention |= j->o->no_fuse_attention;
   const sc_plan *plan = j->b->plan;
-  o.split_vocab_loss = plan && plan->tp_axis && sc_mesh_axis_size(&plan->mesh, plan->tp_axis) > 1;
+  o.split_vocab_loss = o.no_fuse_loss || (plan && plan->tp_axis &&
+                                            sc_mesh_axis_size(&plan->mesh, plan->tp_axis) > 1);
   if (plan && plan->n_stages <= 1 && plan->microbatches > 1)
     return sc_diag_set(j->d, SC_ERR_USAGE, NULL, NULL,
                        "--microbatches %d: microbatches are a pipeline's (a pp axis); without "

@@ -142,6 +142,13 @@ typedef struct sc_train_opts {
                                    parallel cross-entropy); else one
                                    SoftmaxCrossEntropy node, whose rows
                                    need the whole vocabulary */
+  bool no_fuse_loss;            /* the cross-entropy in that decomposed
+                                   form at any tensor-parallel size (as
+                                   PyTorch's unfused cross-entropy and
+                                   Megatron-LM's vocabulary-parallel one
+                                   run it: passes over f32 logits), not
+                                   one fused SoftmaxCrossEntropy on the
+                                   low-precision logits (--no-fuse-loss) */
   bool shape_only;              /* the model has shapes, no weights (`plan
                                    --train --no-weights`): every float
                                    initializer is a parameter, nothing is

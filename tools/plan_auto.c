@@ -931,6 +931,7 @@ static int model_of(const auto_search *x, sc_cli_opts *o, int64_t *batch, sc_blo
   if (st == SC_OK) {
     snprintf(dim_name, n_dim_name, "%s", dim);
     st = sc_block_model_build(fb->graph, bm, &d);
+    bm->loss_split = x->ta && x->ta->t.no_fuse_loss; /* the step's loss, as it builds it */
   }
   sc_build_destroy(fb);
   if (st == SC_ERR_USAGE) return sc_cli_usage_error("%s", d.msg);

@@ -26,6 +26,7 @@ static bool take_flag(sc_train_args *a, const char *arg) {
   bool *flag = strcmp(arg, "--nesterov") == 0              ? &a->t.nesterov
                : strcmp(arg, "--untie") == 0               ? &a->t.untie
                : strcmp(arg, "--offload-activations") == 0 ? &a->t.offload_activations
+               : strcmp(arg, "--no-fuse-loss") == 0        ? &a->t.no_fuse_loss
                                                            : NULL;
   if (flag) *flag = true;
   return flag != NULL;
@@ -422,6 +423,9 @@ void sc_train_args_help(FILE *f) {
         "                         over the world of --mesh dp=N\n"
         "  --untie                train an initializer that is another's exact transpose\n"
         "                         (an exported tied weight, GPT-2's LM head) as a\n"
-        "                         parameter of its own (default: tied to that one)\n",
+        "                         parameter of its own (default: tied to that one)\n"
+        "  --no-fuse-loss         the cross-entropy as LogSoftmax and a one-hot product\n"
+        "                         over f32 logits (as a tensor-parallel step has it;\n"
+        "                         PyTorch's unfused loss), not one fused kernel\n",
         f);
 }

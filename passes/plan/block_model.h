@@ -156,6 +156,10 @@ typedef struct sc_block_model {
    * labels' one-hot, both [rows, vocab] in the logits' dtype, which the
    * vocabulary-parallel LM head splits over tp. */
   double loss_saved_bytes, loss_split_saved_bytes;
+  /* The step decomposes the cross-entropy at every tp (train
+   * --no-fuse-loss; set by the caller, not by sc_block_model_build): the
+   * search times and keeps its decomposed form at tp = 1 too. */
+  bool loss_split;
   /* The 2-D parameters outside the blocks that two nodes or more read (a
    * tied embedding: the lookup and the LM head), the first
    * SC_BLOCK_MODEL_TIED: their dims. A training step's gradient of one is

@@ -54,7 +54,8 @@ enum { COMM_LOW_B = 2 };
  * without tensor parallelism reads the bf16 logits and writes their
  * gradient (gpt_1p5b at dp=8, batch 64: 38.4 and 76.8 us for 51.5 M
  * elements, 2 and 4 B); the decomposed form of a tensor-parallel step
- * (split_vocab_loss, passes/train.h) in f32, a pass an op (the Megatron
+ * (split_vocab_loss, passes/train.h; at tp = 1 too under --no-fuse-loss:
+ * sc_block_model.loss_split) in f32, a pass an op (the Megatron
  * 7.1B shape at dp=12, tp=8: 9.6 and 47.3 ms for 1.07 G elements, 24 and
  * 118 B: 0.057 s of its 0.599 s of compute, which the estimate lacked).
  * Measured 2026-12-05 on plan --train's simulated steps. */
@@ -554,7 +555,7 @@ static sc_status block_times(const ctx *x, const sc_search_cand *c, mb_times *t,
   double omem = (ou->mem_bytes - lo * ou->low_mem_bytes) * mbs / vs / x->hbm_nodes;
   /* the loss over the logits' rows (loss_saved_bytes: 4 B a row) */
   double logits = bm->loss_saved_bytes / 4 * (double)bm->vocab * mbs / vs;
-  bool split_loss = c->tp > 1;
+  bool split_loss = c->tp > 1 || bm->loss_split;
   t->outside_fwd = og + omem + logits * (split_loss ? LOSS_SPLIT_FWD_B : LOSS_FUSED_FWD_B) / x->hbm;
   t->outside_bwd = BACKWARD_FACTOR * og + MEM_BACKWARD_FACTOR * omem +
                    logits * (split_loss ? LOSS_SPLIT_BWD_B : LOSS_FUSED_BWD_B) / x->hbm;
@@ -1151,7 +1152,7 @@ static double low_fraction(const ctx *x) {
 static double outside_saved(const ctx *x, const sc_search_cand *c) {
   const sc_block_model *bm = x->bm;
   const sc_block_part *o = &bm->outside;
-  double loss = c->tp > 1 ? bm->loss_split_saved_bytes : bm->loss_saved_bytes;
+  double loss = c->tp > 1 || bm->loss_split ? bm->loss_split_saved_bytes : bm->loss_saved_bytes;
   return o->saved_bytes - low_fraction(x) * o->low_saved_bytes + loss;
 }
 

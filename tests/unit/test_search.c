@@ -38,6 +38,7 @@
 #include <cmocka.h>
 
 #include "driver/driver.h"
+#include "passes/plan/cost.h"
 #include "passes/plan/search.h"
 #include "test_plan_util.h"
 
@@ -499,6 +500,42 @@ static void test_loss_memory(void **state) {
   }
 }
 
+/* A step that decomposes its loss at every tp (train --no-fuse-loss:
+ * bm.loss_split) is estimated with that form at tp = 1 too: its kept
+ * values are the decomposed form's figure (the fused one's no longer
+ * counts), and its time over the logits the decomposed form's bytes
+ * (LOSS_SPLIT_*, 142 an element against the fused 6): a later step, the
+ * difference within those bytes over HBM (the GEMMs unchanged). */
+static void test_loss_split_at_tp1(void **state) {
+  (void)state;
+  sc_block_model bm;
+  int64_t n;
+  model_of(GPT_1P5B, &bm, &n);
+  sc_cluster cl = preset("h100-sxm:8x1");
+  sc_search_opts o = {.cluster = &cl, .global_batch = 8, .dtype = SC_CLUSTER_BF16,
+                      .adamw = true};
+  sc_search_cand c = {.dp = 8, .fsdp = 1, .tp = 1, .pp = 1, .cp = 1, .zero = 0,
+                      .schedule = "gpipe", .virtual_stages = 1, .microbatches = 1,
+                      .micro_batch_size = 1, .recompute = SC_SEARCH_RECOMPUTE_NONE};
+  sc_block_model split = bm;
+  split.loss_split = true;
+  int64_t act = 0;
+  int64_t base = sc_search_rank_memory(&bm, &o, &c, 0, &act);
+  int64_t with = sc_search_rank_memory(&split, &o, &c, 0, &act);
+  double want = split.loss_split_saved_bytes - split.loss_saved_bytes;
+  assert_true(want > 0);
+  assert_true(llabs(with - base - (int64_t)want) <= 2);
+  sc_search_cand fused = c, unfused = c;
+  sc_diag d = {0};
+  assert_int_equal(sc_search_estimate(&bm, &o, &fused, &d), SC_OK);
+  assert_int_equal(sc_search_estimate(&split, &o, &unfused, &d), SC_OK);
+  double logits = bm.loss_saved_bytes / 4 * (double)bm.vocab; /* one example */
+  double extra = logits * (24.0 + 118.0 - 2.0 - 4.0) / (cl.memory_bytes_per_s * SC_COST_MEMORY_EFF);
+  assert_true(isfinite(unfused.step_s) && isfinite(fused.step_s));
+  assert_true(unfused.compute_s > fused.compute_s + 0.5 * extra);
+  assert_true(unfused.compute_s < fused.compute_s + 1.5 * extra);
+}
+
 /* one and one at cp=2 (*two) estimated: cp time only at cp=2, its compute
  * between 0.4 and hi of one's, its step at least compute and cp. */
 static void cp_pair(const sc_block_model *bm, const sc_search_opts *o, sc_search_cand *one,
@@ -864,6 +901,7 @@ int main(void) {
       cmocka_unit_test(test_block_model), cmocka_unit_test(test_search_space),
       cmocka_unit_test(test_more_gpus), cmocka_unit_test(test_fewer_devices),
       cmocka_unit_test(test_budget), cmocka_unit_test(test_loss_memory),
+      cmocka_unit_test(test_loss_split_at_tp1),
       cmocka_unit_test(test_batch_refused), cmocka_unit_test(test_cp_estimate), cmocka_unit_test(test_ep_estimate),
       cmocka_unit_test(test_etp_estimate),
       cmocka_unit_test(test_zero_stages),
