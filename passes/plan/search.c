@@ -23,8 +23,10 @@
 enum { PARAM_B = 4, GRAD_B = 4, ADAM_B = 8, ADAM_STEP_B = 28, SGD_STEP_B = 12 };
 /* Mixed precision: a bf16 copy of every GEMM weight per microbatch (read
  * 4, write 2 bytes an element; kept for the backward: 2); gradient
- * accumulation per microbatch (read 4 + 4, write 4). */
-enum { CAST_B = 6, CAST_KEEP_B = 2, ACCUM_B = 12 };
+ * accumulation per microbatch (read 4 + 4, write 4), or where the
+ * weight-gradient product accumulates into the sum itself, its sum read
+ * and written (4 + 4). */
+enum { CAST_B = 6, CAST_KEEP_B = 2, ACCUM_B = 12, ACCUM_SUM_B = 8 };
 /* The bytes of an element of a GEMM product or a GEMM weight's gathered
  * copy or gradient in the collectives of a bf16 or fp16 step (its GEMM
  * dtype); every other value moves in fp32 (PARAM_B). Measured on plan
@@ -63,6 +65,16 @@ enum { COMM_LOW_B = 2 };
 #define LOSS_FUSED_BWD_B 4.0
 #define LOSS_SPLIT_FWD_B 24.0
 #define LOSS_SPLIT_BWD_B 118.0
+/* The decomposed form over the whole vocabulary (tp > 1 not dividing it:
+ * the LM head is not vocabulary-parallel, its logits whole on every tp
+ * rank; or tp = 1 under --no-fuse-loss, whose 1.7B H100 row measured 36 B
+ * forward and backward, docs/planner.md): the GPT-175B shape (vocabulary 50,257) at pp=32, dp=4, tp=8, bf16,
+ * 2026-12-06: 0.691 ms forward, 0.845 ms backward for 103 M elements a
+ * microbatch (the logits' cast and the LM head's output gradient
+ * included), 18 and 22 B an element at the simulator's 2.68 TB/s; the
+ * split form's 24 and 118 B charged it 5 times its backward. */
+#define LOSS_WHOLE_FWD_B 18.0
+#define LOSS_WHOLE_BWD_B 22.0
 /* The compiled step fuses elementwise chains into kernels, so its
  * memory-bound time is not the sum of its nodes' bytes at the step's
  * precision (a bf16 or fp16 step's low chains at half their f32 bytes:
@@ -553,13 +565,22 @@ static sc_status block_times(const ctx *x, const sc_search_cand *c, mb_times *t,
   double vs = vocab_split(bm, c);
   st = gemm(x, ou->gemm_flops * mbs / vs, rows, (int64_t)((double)bm->vocab / vs), h, &og, d);
   double omem = (ou->mem_bytes - lo * ou->low_mem_bytes) * mbs / vs / x->hbm_nodes;
-  /* the loss over the logits' rows (loss_saved_bytes: 4 B a row) */
+  /* the loss over the logits' rows (loss_saved_bytes: 4 B a row): the
+   * decomposed form (a tensor-parallel step's, or --no-fuse-loss's) over
+   * the vocabulary's split, or over the whole vocabulary where tp does
+   * not divide it (or is 1) */
   double logits = bm->loss_saved_bytes / 4 * (double)bm->vocab * mbs / vs;
-  bool split_loss = c->tp > 1 || bm->loss_split;
-  t->outside_fwd = og + omem + logits * (split_loss ? LOSS_SPLIT_FWD_B : LOSS_FUSED_FWD_B) / x->hbm;
-  t->outside_bwd = BACKWARD_FACTOR * og + MEM_BACKWARD_FACTOR * omem +
-                   logits * (split_loss ? LOSS_SPLIT_BWD_B : LOSS_FUSED_BWD_B) / x->hbm;
-  t->outside_weight = og;
+  bool decomposed = c->tp > 1 || bm->loss_split;
+  double loss_fwd = !decomposed ? LOSS_FUSED_FWD_B : vs > 1 ? LOSS_SPLIT_FWD_B : LOSS_WHOLE_FWD_B;
+  double loss_bwd = !decomposed ? LOSS_FUSED_BWD_B : vs > 1 ? LOSS_SPLIT_BWD_B : LOSS_WHOLE_BWD_B;
+  /* the LM head's weight gradient: of the rank's shard of the weight,
+   * which tp splits on its vocabulary or, where tp does not divide that,
+   * on its other dim (gathered whole for the forward, whose product and
+   * input gradient are then whole on every tp rank) */
+  double og_w = og * vs / tp;
+  t->outside_fwd = og + omem + logits * loss_fwd / x->hbm;
+  t->outside_bwd = og + og_w + MEM_BACKWARD_FACTOR * omem + logits * loss_bwd / x->hbm;
+  t->outside_weight = og_w;
   double share = core_share(x, c);
   t->block_fwd *= share, t->block_re *= share, t->outside_fwd *= share;
   t->block_bwd *= share, t->outside_bwd *= share, t->block_gemm *= share;
@@ -768,9 +789,19 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
   c->optimizer_s = e_opt * (x->o->adamw ? ADAM_STEP_B : SGD_STEP_B) / x->hbm;
   /* per microbatch, the stage's parameters are read again: their bf16
    * casts for the GEMMs (read 4, write 2 bytes an element) and the
-   * gradient accumulation (read the new, read and write the sum: 12) */
+   * gradient accumulation (read the new, read and write the sum: 12) of
+   * all but the blocks' GEMM weights, whose weight-gradient products
+   * accumulate into the sum themselves (beta 1: their f32 output read and
+   * written in the product, no accumulation step in the simulated
+   * backward piece), costing only what the products' FLOPs do not hide
+   * of the sum's 8 B an element (a product's roofline; the stage's
+   * products summed) */
   double e_cast = e_stage * (x->o->dtype != SC_CLUSTER_FP32 ? CAST_B : 0) / x->hbm;
-  double e_pass = e_cast + e_stage * ACCUM_B / x->hbm;
+  double e_gemm_w = (double)Ls * (double)b->split_params / (double)c->tp;
+  double sum_s = e_gemm_w * ACCUM_SUM_B / x->hbm,
+         w_s = (double)Ls * t.block_weight / core_share(x, c); /* e_pass is shared below */
+  double e_pass =
+      e_cast + (e_stage - e_gemm_w) * ACCUM_B / x->hbm + (sum_s > w_s ? sum_s - w_s : 0);
   c->optimizer_s *= core_share(x, c);
   e_pass *= core_share(x, c);
   e_cast *= core_share(x, c);
@@ -795,10 +826,20 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
      * pp=12 fsdp=16: the same simulated step). Until 2026-12-06 every slot
      * was a whole microbatch, F+B+W, and zb-h1 a third of it: the H100
      * 462B (pp=16, M=64, 1F1B) had 2.82 s of bubble estimated against
-     * 0.82 s simulated */
+     * 0.82 s simulated. The pieces of the chain are the other ranks':
+     * the critical stage waits for a microbatch's forward through the
+     * P - 1 ranks before it and for its backward back through them, each
+     * with its blocks alone (the outside part is the critical stage's);
+     * until 2026-12-06 each slot was the critical stage's, the LM head's
+     * and loss's time with it (the GPT-175B shape at pp=32, tp=8, M=384
+     * under full recompute: 1.53 s of bubble estimated, a slot 41 ms of
+     * compute against a middle rank's 17.9 ms simulated) */
     slots = (double)(c->pp - 1) / (V > 1 ? V : 1);
-    double w = (double)Ls * t.block_weight + t.outside_weight, accum = e_pass - e_cast;
-    double chain = fwd + bwd + re + e_pass;
+    double e_out = (double)bm->outside.params / (double)c->tp * core_share(x, c);
+    double cast_out = x->o->dtype != SC_CLUSTER_FP32 ? e_out * CAST_B / x->hbm : 0;
+    double accum_out = e_out * ACCUM_B / x->hbm;
+    double w = (double)Ls * t.block_weight, accum = e_pass - e_cast - accum_out;
+    double chain = (double)Ls * (t.block_fwd + t.block_bwd) + re + e_pass - cast_out - accum_out;
     if (c->recompute != SC_SEARCH_RECOMPUTE_FULL) {
       chain -= w + accum;
       if (strcmp(c->schedule, "zb-h1") == 0) {
