@@ -1566,8 +1566,9 @@ int sc_cmd_plan_auto(int argc, char **argv) {
         "exact_evaluated", (int)n_exact,
         "candidates_evaluated", (json_int_t)r->evaluated, "candidates_pruned",
         (json_int_t)r->pruned,
-        "pruned", json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "heads",
-                            (json_int_t)r->pruned_heads, "node", (json_int_t)r->pruned_node,
+        "pruned", json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "heads",
+                            (json_int_t)r->pruned_heads, "split", (json_int_t)r->pruned_split,
+                            "node", (json_int_t)r->pruned_node,
                             "batch", (json_int_t)r->pruned_batch, "microbatches",
                             (json_int_t)r->pruned_microbatch, "state",
                             (json_int_t)r->pruned_state, "bound", (json_int_t)r->pruned_bound,
@@ -1659,12 +1660,13 @@ int sc_cmd_plan_auto(int argc, char **argv) {
     sc_cli_format_seconds(t_search, t2, sizeof t2);
     sc_cli_format_seconds(t_exact, t3, sizeof t3);
     printf("searched: %lld candidates evaluated, %lld pruned (tp not dividing the heads %lld, "
-           "tp leaving a node or uneven placement %lld, batch not dividing %lld, microbatches "
-           "%lld, %s over memory %lld, lower bound no better than the 10th %lld, fsdp not "
+           "tp not dividing a weight's split dim %lld, tp leaving a node or uneven placement "
+           "%lld, batch not dividing %lld, microbatches %lld, %s over memory %lld, lower bound "
+           "no better than the 10th %lld, fsdp not "
            "dividing the hidden size %lld, cp not dividing the sequence %lld, ep not dividing "
            "the experts or beside cp %lld)\n",
            (long long)r->evaluated, (long long)r->pruned, (long long)r->pruned_heads,
-           (long long)r->pruned_node, (long long)r->pruned_batch,
+           (long long)r->pruned_split, (long long)r->pruned_node, (long long)r->pruned_batch,
            (long long)r->pruned_microbatch,
            x.goal == SC_SEARCH_TRAIN ? "training state" : "weights", (long long)r->pruned_state,
            (long long)r->pruned_bound, (long long)r->pruned_fsdp, (long long)r->pruned_cp,

@@ -1580,7 +1580,23 @@ static sc_status search_mesh(const ctx *x, sc_search_cand base, int64_t batch,
   return SC_OK;
 }
 
-/* Whether tp is left out (counted): it does not divide the heads, or it
+/* Whether tp leaves a block's GEMM weight whole: the dim it splits (n of
+ * a column-parallel product, k of a row-parallel one, which writes the
+ * hidden size: block_gemms' rule) does not divide by tp, so tp.c keeps
+ * the weight whole and every tp rank computes its product whole (a
+ * fallback, plan's "fallbacks"), which the estimate would count split. */
+static bool tp_splits_unevenly(const sc_block_model *bm, int64_t tp) {
+  const sc_block_part *b = &bm->block;
+  for (int32_t i = 0; i < b->n_gemms; i++) {
+    const sc_block_gemm *e = &b->gemms[i];
+    int64_t dim = e->n == bm->hidden ? e->k : e->n;
+    if (e->weight && dim > 0 && dim % tp) return true;
+  }
+  return false;
+}
+
+/* Whether tp is left out (counted): it does not divide the heads, or a
+ * dim it splits of a block's GEMM weight (tp_splits_unevenly), or it
  * leaves a node in the first pass; the second pass (tp_anywhere) takes
  * only what the first left out. */
 static bool tp_skipped(const ctx *x, int64_t tp, bool tp_anywhere, sc_search_result *r) {
@@ -1588,6 +1604,10 @@ static bool tp_skipped(const ctx *x, int64_t tp, bool tp_anywhere, sc_search_res
   int64_t P = x->c->devices_per_node;
   if (bm->heads > 0 ? bm->heads % tp : (bm->hidden > 0 && bm->hidden % tp)) {
     r->pruned_heads++;
+    return true;
+  }
+  if (tp_splits_unevenly(bm, tp)) {
+    r->pruned_split++;
     return true;
   }
   if (!tp_anywhere && tp > P) {
@@ -1823,7 +1843,8 @@ sc_status sc_search_run(const sc_block_model *bm, const sc_search_opts *o, sc_se
   }
   if (st != SC_OK) return st;
   r->pruned = r->pruned_heads + r->pruned_node + r->pruned_batch + r->pruned_microbatch +
-              r->pruned_state + r->pruned_bound + r->pruned_fsdp + r->pruned_cp + r->pruned_ep;
+              r->pruned_state + r->pruned_bound + r->pruned_fsdp + r->pruned_cp + r->pruned_ep +
+              r->pruned_split;
   if (r->n_top == 0 && !r->have_closest && r->pruned_batch > 0) {
     /* no data-parallel size divides the batch: name the batches that do
      * for the smallest one refused */

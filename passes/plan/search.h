@@ -15,7 +15,8 @@
  * blocks per stage, M a multiple of pp); recompute none, selective, full.
  * Stage boundaries are balanced by cost (the partitioner's default).
  *
- * Pruning, each counted: tp not dividing the heads or leaving the node
+ * Pruning, each counted: tp not dividing the heads, or a dim it splits
+ * of a block's GEMM weight, or leaving the node
  * (the latter lifted when nothing fits), dp x fsdp not dividing the global
  * batch (dp x fsdp x ep: ep is a data axis), M not dividing the
  * replica's batch, the training state alone
@@ -186,6 +187,10 @@ typedef struct sc_search_result {
   int64_t pruned;               /* candidates dropped before it */
   int64_t pruned_heads, pruned_node, pruned_batch, pruned_microbatch, pruned_state,
       pruned_bound;
+  int64_t pruned_split;         /* tp dividing the heads but not the dim it
+                                   splits of a block's GEMM weight (tp.c
+                                   would keep it whole: its product computed
+                                   whole on every tp rank) */
   int64_t pruned_fsdp;          /* fsdp not dividing the hidden size (the
                                    parameters would stay whole) */
   int64_t pruned_cp;            /* cp > 1 where the sequence does not divide

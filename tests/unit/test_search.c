@@ -157,7 +157,7 @@ static void test_search_space(void **state) {
   assert_true(r.evaluated > 0);
   assert_int_equal(r.pruned, r.pruned_heads + r.pruned_node + r.pruned_batch +
                                  r.pruned_microbatch + r.pruned_state + r.pruned_bound +
-                                 r.pruned_fsdp + r.pruned_cp + r.pruned_ep);
+                                 r.pruned_fsdp + r.pruned_cp + r.pruned_ep + r.pruned_split);
   assert_true(r.pruned_heads > 0); /* 2, 4, 8, 16 do not divide 25 heads */
   for (int32_t i = 0; i < r.n_top; i++) {
     const sc_search_cand *c = &r.top[i];
@@ -184,6 +184,46 @@ static void test_search_space(void **state) {
   assert_int_equal(sc_search_estimate(&bm, &o, &again, &d), SC_OK);
   assert_true(again.step_s == r.top[0].step_s);
   assert_int_equal(again.peak_bytes, r.top[0].peak_bytes);
+}
+
+/* tp that divides the heads but not the dim it splits of a block's GEMM
+ * weight (the MLP's 6400 made 6402: 2 divides it, 4 and 8 do not) is
+ * pruned, counted apart: tp.c would keep that weight whole and every tp
+ * rank would compute its product whole. With 32 heads (hidden 1600, 50 a
+ * head) no tp is pruned for the heads. */
+static void test_split_pruned(void **state) {
+  (void)state;
+  sc_block_model bm;
+  int64_t n;
+  model_of(GPT_1P5B, &bm, &n);
+  bm.heads = 32;
+  int32_t widened = 0;
+  for (int32_t i = 0; i < bm.block.n_gemms; i++)
+    if (bm.block.gemms[i].weight && bm.block.gemms[i].n == 4 * bm.hidden) {
+      bm.block.gemms[i].n += 2;
+      widened++;
+    } else if (bm.block.gemms[i].weight && bm.block.gemms[i].k == 4 * bm.hidden) {
+      bm.block.gemms[i].k += 2;
+      widened++;
+    }
+  assert_int_equal(widened, 2); /* c_fc's n, c_proj's k */
+  sc_search_result r;
+  sc_diag d = {0};
+  assert_int_equal(run(&bm, "h100-sxm:8x2", 64, 0, &r, &d), SC_OK);
+  assert_int_equal(r.pruned_heads, 0);
+  assert_true(r.pruned_split > 0); /* tp = 4, 8 (and 16 across the nodes) */
+  assert_int_equal(r.pruned, r.pruned_heads + r.pruned_node + r.pruned_batch +
+                                 r.pruned_microbatch + r.pruned_state + r.pruned_bound +
+                                 r.pruned_fsdp + r.pruned_cp + r.pruned_ep + r.pruned_split);
+  for (int32_t i = 0; i < r.n_top; i++) assert_true(r.top[i].tp <= 2);
+  for (int32_t i = 0; i < r.n_over; i++) assert_true(r.over[i].tp <= 2);
+  for (int32_t i = 0; i < r.n_near; i++) assert_true(r.near[i].tp <= 2);
+  for (int32_t k = 0; k < 2; k++) assert_true(!r.have_kind_best[k] || r.kind_best[k].tp <= 2);
+  /* the unchanged model: nothing pruned for a split dim */
+  model_of(GPT_1P5B, &bm, &n);
+  assert_int_equal(run(&bm, "h100-sxm:8x2", 64, 0, &r, &d), SC_OK);
+  assert_int_equal(r.pruned_split, 0);
+  assert_true(r.pruned_heads > 0);
 }
 
 /* More GPUs for the same global batch: the best estimate is never slower. */
@@ -760,7 +800,8 @@ static void test_inference(void **state) {
     const sc_search_result *r = k ? &thr : &lat;
     assert_int_equal(r->pruned, r->pruned_heads + r->pruned_node + r->pruned_batch +
                                     r->pruned_microbatch + r->pruned_state + r->pruned_bound +
-                                    r->pruned_fsdp + r->pruned_cp + r->pruned_ep);
+                                    r->pruned_fsdp + r->pruned_cp + r->pruned_ep +
+                                    r->pruned_split);
     for (int32_t i = 0; i < r->n_top; i++) {
       const sc_search_cand *c = &r->top[i];
       assert_true(c->inference && c->fits);
@@ -908,7 +949,7 @@ int main(void) {
       cmocka_unit_test(test_zero_stages),
       cmocka_unit_test(test_grouped_collectives), cmocka_unit_test(test_pipeline_bubble),
       cmocka_unit_test(test_inference), cmocka_unit_test(test_inference_cp),
-      cmocka_unit_test(test_cp_padding),
+      cmocka_unit_test(test_cp_padding), cmocka_unit_test(test_split_pruned),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
