@@ -68,8 +68,18 @@ void sc_dist_program_set_roles(sc_dist_program *dp, int32_t pp_axis, int32_t dp_
   dp->tp_axes = tp_axis >= 0 ? (sc_axes)1u << tp_axis : 0;
 }
 
+static void free_index(sc_dist_program *dp) {
+  sc_name_index_free(&dp->input_names);
+  sc_name_index_free(&dp->output_names);
+  for (int32_t s = 0; dp->stage_output_names && s < dp->n_stages; s++)
+    sc_name_index_free(&dp->stage_output_names[s]);
+  sc_free(dp->stage_output_names);
+  dp->stage_output_names = NULL;
+}
+
 void sc_dist_program_destroy(sc_dist_program *dp) {
   if (!dp) return;
+  free_index(dp);
   for (int32_t s = 0; dp->owns_programs && dp->stages && s < dp->n_stages; s++)
     sc_program_destroy(dp->stages[s].program);
   sc_arena_free(&dp->arena);
@@ -120,7 +130,8 @@ sc_status sc_dist_program_single(sc_program *p, bool take, sc_dist_program **out
   for (int32_t i = 0; i < p->n_inputs; i++)
     sc_sharding_replicated(&st->input_sharding[i], p->buffers[p->inputs[i]].rank);
   for (int32_t j = 0; j < p->n_outputs; j++) st->output_global[j] = j;
-  st2 = sc_dist_program_check(dp, d);
+  st2 = sc_dist_program_index(dp, d);
+  if (st2 == SC_OK) st2 = sc_dist_program_check(dp, d);
   if (st2 != SC_OK) {
     sc_dist_program_destroy(dp);
     return st2;
@@ -149,10 +160,57 @@ bool sc_dist_owns_output(const sc_dist_program *dp, int64_t rank, int32_t k) {
   return dp->pp_axis >= 0 || dp->output_stage[k] == 0;
 }
 
+sc_status sc_dist_program_index(sc_dist_program *dp, sc_diag *d) {
+  free_index(dp);
+  sc_status st = SC_OK;
+  for (int32_t i = 0; st == SC_OK && i < dp->n_inputs; i++)
+    st = sc_name_index_add(&dp->input_names, dp->inputs[i].name);
+  for (int32_t k = 0; st == SC_OK && k < dp->n_outputs; k++)
+    st = sc_name_index_add(&dp->output_names, dp->outputs[k].name);
+  if (st == SC_OK && !(dp->stage_output_names = sc_calloc((size_t)dp->n_stages,
+                                                          sizeof *dp->stage_output_names)))
+    st = SC_ERR_NOMEM;
+  for (int32_t s = 0; st == SC_OK && s < dp->n_stages; s++) {
+    const sc_program *p = dp->stages[s].program; /* none: sc_dist_program_check says so */
+    for (int32_t j = 0; p && st == SC_OK && j < p->n_outputs; j++)
+      st = sc_name_index_add(&dp->stage_output_names[s], p->buffers[p->outputs[j]].name);
+  }
+  if (st != SC_OK) {
+    free_index(dp);
+    return sc_diag_set(d, st, NULL, NULL, "indexing the distributed program's names: %s",
+                       st == SC_ERR_NOMEM ? "out of memory" : "too many names");
+  }
+  return SC_OK;
+}
+
+/* Whether ix indexes the n names it is asked about (built, and not since
+ * outgrown or cut). */
+static bool indexed(const sc_name_index *ix, int32_t n) { return n > 0 && ix->n == n; }
+
 int32_t sc_dist_find_input(const sc_dist_program *dp, const char *name) {
+  if (indexed(&dp->input_names, dp->n_inputs)) return sc_name_index_find(&dp->input_names, name);
   for (int32_t i = 0; name && i < dp->n_inputs; i++)
     if (strcmp(dp->inputs[i].name, name) == 0) return i;
   return -1;
+}
+
+/* The first global output at or after k named name, or -1. */
+static int32_t scan_outputs(const sc_dist_program *dp, int32_t k, const char *name) {
+  for (; name && k < dp->n_outputs; k++)
+    if (strcmp(dp->outputs[k].name, name) == 0) return k;
+  return -1;
+}
+
+int32_t sc_dist_find_output(const sc_dist_program *dp, const char *name) {
+  if (indexed(&dp->output_names, dp->n_outputs))
+    return sc_name_index_find(&dp->output_names, name);
+  return scan_outputs(dp, 0, name);
+}
+
+int32_t sc_dist_next_output(const sc_dist_program *dp, int32_t k) {
+  if (k < 0 || k >= dp->n_outputs) return -1;
+  if (indexed(&dp->output_names, dp->n_outputs)) return sc_name_index_next(&dp->output_names, k);
+  return scan_outputs(dp, k + 1, dp->outputs[k].name);
 }
 
 static int cmp_name(const void *key, const void *elem) {
@@ -167,15 +225,20 @@ const sc_shard_source *sc_dist_source(const sc_dist_program *dp, const char *nam
 bool sc_dist_is_state(const sc_dist_program *dp, const char *name) {
   char buf[1024];
   int w = snprintf(buf, sizeof buf, "new:%s", name ? name : "");
-  for (int32_t k = 0; name && w > 0 && (size_t)w < sizeof buf && k < dp->n_outputs; k++)
-    if (strcmp(dp->outputs[k].name, buf) == 0) return true;
-  return false;
+  return name && w > 0 && (size_t)w < sizeof buf && sc_dist_find_output(dp, buf) >= 0;
 }
 
 int32_t sc_dist_handoff_source(const sc_dist_program *dp, int32_t piece, const char *name,
                                int32_t *out) {
   for (int32_t s = piece - 1; name && s >= 0; s--) {
     const sc_program *p = dp->stages[s].program;
+    const sc_name_index *ix = dp->stage_output_names ? &dp->stage_output_names[s] : NULL;
+    if (p && ix && indexed(ix, p->n_outputs)) {
+      int32_t j = sc_name_index_find(ix, name);
+      if (j < 0) continue;
+      if (out) *out = j;
+      return s;
+    }
     for (int32_t j = 0; p && j < p->n_outputs; j++) {
       const char *o = p->buffers[p->outputs[j]].name;
       if (o && strcmp(o, name) == 0) {

@@ -37,6 +37,7 @@
 #define SC_CODEGEN_DIST_PROGRAM_H
 
 #include "codegen/program.h"
+#include "ir/name_index.h"
 #include "ir/sharding.h"
 
 /* A global input or output of the model. */
@@ -115,6 +116,14 @@ typedef struct sc_dist_program {
    * against sc_dist_program_global_view; NULL otherwise. */
   const struct sc_train_manifest *train;
 
+  /* The names looked up by name, indexed once put together
+   * (sc_dist_program_index: link, single, the bundle loader): the global
+   * inputs and outputs, and each stage's program outputs (a pipelined
+   * step's hand-offs). A program put together without them, or whose
+   * inputs or outputs changed in number since, is scanned instead. */
+  sc_name_index input_names, output_names;
+  sc_name_index *stage_output_names; /* [n_stages], or NULL */
+
   void *owner;                       /* released by destroy, after the rest */
   void (*release_owner)(void *owner);
   bool owns_programs;                /* destroy frees the stage programs */
@@ -151,6 +160,13 @@ int32_t sc_dist_rank_stage(const sc_dist_program *dp, int64_t rank);
 /* Whether rank keeps global output k (it runs the producing stage and its
  * coordinates are 0 on every other axis). */
 bool sc_dist_owns_output(const sc_dist_program *dp, int64_t rank, int32_t k);
+/* Indexes dp's global inputs and outputs and its stages' program outputs
+ * by name (again, when they were). Errors: SC_ERR_NOMEM, SC_ERR_LIMIT. */
+sc_status sc_dist_program_index(sc_dist_program *dp, sc_diag *d);
+/* The first global output named name, or -1; and the next one after output
+ * k with k's name, or -1. */
+int32_t sc_dist_find_output(const sc_dist_program *dp, const char *name);
+int32_t sc_dist_next_output(const sc_dist_program *dp, int32_t k);
 /* Index of the global input named name, or -1. */
 int32_t sc_dist_find_input(const sc_dist_program *dp, const char *name);
 /* The source of the sharded constant `name`, or NULL. */

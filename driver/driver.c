@@ -437,8 +437,7 @@ static sc_status link_stage(sc_dist_program *dp, int32_t s, const sc_graph *sg, 
   for (int32_t j = 0; j < p->n_outputs; j++) {
     const char *name = p->buffers[p->outputs[j]].name;
     st->output_global[j] = -1;
-    for (int32_t k = 0; name && k < dp->n_outputs; k++) {
-      if (strcmp(dp->outputs[k].name, name) != 0) continue;
+    for (int32_t k = sc_dist_find_output(dp, name); k >= 0; k = sc_dist_next_output(dp, k)) {
       if (dp->output_stage[k] >= 0)
         return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
                            "output '%s' is produced by stages %d and %d", name,
@@ -468,6 +467,7 @@ sc_status sc_dist_program_link(const sc_partition *part, sc_program **programs,
   dp->schedule.kind = (sc_schedule_kind)part->schedule;
   dp->schedule.microbatches = part->microbatches;
   sc_status st = link_values(dp, part->global, d);
+  if (st == SC_OK) st = sc_dist_program_index(dp, d);
   for (int32_t s = 0; st == SC_OK && s < part->n_graphs; s++)
     st = link_stage(dp, s, part->stages[s], d);
   if (st == SC_OK && part->n_sources > 0) {

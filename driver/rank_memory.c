@@ -68,12 +68,6 @@ static int32_t stash_formula(sc_schedule_kind k, int32_t P, int32_t V, int32_t M
   return warm + 1 < M * V ? warm + 1 : M * V;
 }
 
-static bool listed(const char *const *names, int32_t n, const char *name) {
-  for (int32_t i = 0; i < n; i++)
-    if (strcmp(names[i], name) == 0) return true;
-  return false;
-}
-
 sc_status sc_pipe_row_of(const sc_dist_program *dp, const sc_pipe_handoffs *ho, int32_t q,
                          const sc_device_target *target, sc_pipe_row *r, sc_diag *d) {
   int32_t P = dp->pipe_ranks, C = dp->pipe_chunks, M = dp->schedule.microbatches;
@@ -83,11 +77,8 @@ sc_status sc_pipe_row_of(const sc_dist_program *dp, const sc_pipe_handoffs *ho, 
   sc_status st = sc_pipe_schedule((sc_schedule_kind)dp->schedule.kind, P, C / P, M, q, &r->acts,
                                   &r->n_acts, d);
   if (st != SC_OK) return st;
-  size_t n_in = 1; /* the state the rank's pieces read, each once */
-  for (int32_t s = 0; s < dp->n_stages; s++) n_in += (size_t)dp->stages[s].program->n_inputs;
-  const char **seen = sc_calloc(n_in, sizeof *seen);
-  int32_t n_seen = 0;
-  if (!seen) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  sc_name_index seen; /* the state the rank's pieces read, each once */
+  sc_name_index_init(&seen);
   for (int32_t s = 0; s < dp->n_stages && st == SC_OK; s++) {
     if (sc_pipe_piece_chunk(C, s) % P != q) continue;
     const sc_program *p = dp->stages[s].program;
@@ -107,13 +98,17 @@ sc_status sc_pipe_row_of(const sc_dist_program *dp, const sc_pipe_handoffs *ho, 
     }
     for (int32_t i = 0; i < p->n_inputs; i++) {
       const sc_buffer *b = &p->buffers[p->inputs[i]];
-      if (!sc_dist_is_state(dp, b->name) || listed(seen, n_seen, b->name)) continue;
-      seen[n_seen++] = b->name;
+      if (!sc_dist_is_state(dp, b->name) || sc_name_index_find(&seen, b->name) >= 0) continue;
+      if (sc_name_index_add(&seen, b->name) != SC_OK) {
+        st = sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+        break;
+      }
       r->state += b->bytes;
       r->state_by[strncmp(b->name, "accum:", 6) == 0        ? 1
                   : sc_train_is_optimizer_state(b->name) ? 2
                                                          : 0] += b->bytes;
     }
+    if (st != SC_OK) break;
     sc_train_comm *cm = NULL;
     int32_t n_cm = 0;
     if ((st = sc_train_comm_of(p, &cm, &n_cm, d)) != SC_OK) break;
@@ -121,7 +116,7 @@ sc_status sc_pipe_row_of(const sc_dist_program *dp, const sc_pipe_handoffs *ho, 
     for (int32_t i = 0; i < n_cm; i++) r->coll += times * cm[i].sent;
     sc_free(cm);
   }
-  sc_free(seen);
+  sc_name_index_free(&seen);
   if (st != SC_OK) return st;
   r->from = sc_calloc((size_t)r->n_acts + 1, sizeof *r->from);
   r->to = sc_calloc((size_t)r->n_acts + 1, sizeof *r->to);

@@ -7,13 +7,8 @@
 #include <string.h>
 
 #include "ir.h"
+#include "name_index.h"
 #include "sharding.h"
-
-static uint32_t hash_str(const char *s) {
-  uint32_t h = 2166136261u;
-  for (; *s; s++) h = (h ^ (unsigned char)*s) * 16777619u;
-  return h;
-}
 
 static sc_status grow(void **arr, int32_t *cap, int32_t need, size_t elem) {
   if (need <= *cap) return SC_OK;
@@ -86,7 +81,7 @@ bool sc_graph_release(sc_graph *g, const void *p) {
 
 static void index_insert(sc_graph *g, int32_t id) {
   uint32_t mask = g->name_index_cap - 1;
-  uint32_t h = hash_str(g->values[id].name) & mask;
+  uint32_t h = sc_name_hash(g->values[id].name) & mask;
   while (g->name_index[h] >= 0) h = (h + 1) & mask;
   g->name_index[h] = id;
 }
@@ -105,11 +100,12 @@ static sc_status index_rebuild(sc_graph *g, uint32_t cap) {
 int32_t sc_graph_find_value(const sc_graph *g, const char *name) {
   if (!g->name_index_cap || !name) return -1;
   uint32_t mask = g->name_index_cap - 1;
-  uint32_t h = hash_str(name) & mask;
+  uint32_t h = sc_name_hash(name) & mask;
   for (;;) {
     int32_t id = g->name_index[h];
     if (id < 0) return -1;
-    if (strcmp(g->values[id].name, name) == 0) return id;
+    /* the same pointer: the verifier looks each value's own name up */
+    if (g->values[id].name == name || strcmp(g->values[id].name, name) == 0) return id;
     h = (h + 1) & mask;
   }
 }
@@ -153,7 +149,7 @@ static struct sc_suffix_memo *suffix_slot(sc_graph *g, const char *base) {
     if (!t) return NULL;
     for (uint32_t i = 0; i < g->suffix_cap; i++) {
       if (!g->suffix[i].base) continue;
-      uint32_t h = hash_str(g->suffix[i].base) & (cap - 1);
+      uint32_t h = sc_name_hash(g->suffix[i].base) & (cap - 1);
       while (t[h].base) h = (h + 1) & (cap - 1);
       t[h] = g->suffix[i];
     }
@@ -161,7 +157,7 @@ static struct sc_suffix_memo *suffix_slot(sc_graph *g, const char *base) {
     g->suffix = t;
     g->suffix_cap = cap;
   }
-  uint32_t h = hash_str(base) & (g->suffix_cap - 1);
+  uint32_t h = sc_name_hash(base) & (g->suffix_cap - 1);
   while (g->suffix[h].base && strcmp(g->suffix[h].base, base) != 0)
     h = (h + 1) & (g->suffix_cap - 1);
   return &g->suffix[h];

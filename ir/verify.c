@@ -16,12 +16,7 @@
 #include <string.h>
 
 #include "ir.h"
-
-static uint32_t hash_str(const char *s) {
-  uint32_t h = 2166136261u;
-  for (; *s; s++) h = (h ^ (unsigned char)*s) * 16777619u;
-  return h;
-}
+#include "name_index.h"
 
 /* Node names unique: open-addressing set of node ids. */
 static sc_status check_node_names(sc_graph *g) {
@@ -33,7 +28,7 @@ static sc_status check_node_names(sc_graph *g) {
   sc_status st = SC_OK;
   for (int32_t i = 0; i < g->n_nodes && st == SC_OK; i++) {
     const sc_node *n = &g->nodes[i];
-    uint32_t h = hash_str(n->name) & (cap - 1);
+    uint32_t h = sc_name_hash(n->name) & (cap - 1);
     while (set[h] >= 0) {
       if (strcmp(g->nodes[set[h]].name, n->name) == 0) {
         st = sc_node_error(g, n, SC_ERR_INVALID, "node name used by nodes %d and %d",

@@ -35,6 +35,7 @@
  * label a structural block by the majority of the indices its nodes' and
  * parameters' names carry; the labels must rise from block to block. */
 #include "passes/blocks.h"
+#include "ir/name_index.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -149,6 +150,7 @@ typedef struct candidate {
 typedef struct cand_set {
   candidate *c;
   int32_t n, cap;
+  sc_name_index prefixes; /* c[k].prefix at position k */
   bool nomem;
 } cand_set;
 
@@ -178,12 +180,12 @@ static void observe(cand_set *cs, const char *name) {
     if (!is_digits(&c[i]) || is_digits(&c[i - 1])) continue;
     if (!join(c, i, prefix, sizeof prefix)) return;
     int64_t idx = strtoll(c[i].s, NULL, 10);
-    for (int32_t k = 0; k < cs->n; k++)
-      if (strcmp(cs->c[k].prefix, prefix) == 0) {
-        cs->c[k].count++;
-        add_index(cs, &cs->c[k], idx);
-        return;
-      }
+    int32_t k = sc_name_index_find(&cs->prefixes, prefix);
+    if (k >= 0) {
+      cs->c[k].count++;
+      add_index(cs, &cs->c[k], idx);
+      return;
+    }
     if (cs->n == cs->cap) {
       int32_t cap = cs->cap ? cs->cap * 2 : 16;
       candidate *p = sc_realloc(cs->c, (size_t)cap * sizeof *p);
@@ -197,7 +199,8 @@ static void observe(cand_set *cs, const char *name) {
     candidate *nc = &cs->c[cs->n];
     memset(nc, 0, sizeof *nc);
     nc->prefix = sc_strdup(prefix);
-    if (!nc->prefix) {
+    if (!nc->prefix || sc_name_index_add(&cs->prefixes, nc->prefix) != SC_OK) {
+      sc_free(nc->prefix);
       cs->nomem = true;
       return;
     }
@@ -254,6 +257,7 @@ static void cand_free(cand_set *cs) {
     sc_free(cs->c[k].indices);
   }
   sc_free(cs->c);
+  sc_name_index_free(&cs->prefixes);
 }
 
 

@@ -512,6 +512,7 @@ static sc_status read_root(loader *l, json_t *root) {
   if (training && (st = read_training(l, json_object_get(root, "training")))) return st;
   sc_diag cd = {0};
   sc_diag_clear(&cd);
+  if (sc_dist_program_index(dp, &cd) != SC_OK) return fail(l, cd.status, "%s", cd.msg);
   if (sc_dist_program_check(dp, &cd) != SC_OK)
     return fail(l, SC_ERR_INVALID, "%s", cd.msg);
   return SC_OK;

@@ -158,6 +158,13 @@ sc_status sc_partition_run(sc_graph *g, const sc_partition_opts *o, sc_partition
     return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
                        "a training step is partitioned without its parameters' list");
   }
+  for (int32_t k = 0; p->train && k < p->train->n_params && st == SC_OK; k++)
+    st = sc_name_index_add(&p->param_names, p->train->params[k].name);
+  if (st != SC_OK) {
+    sc_partition_destroy(p);
+    return sc_diag_set(d, st, NULL, NULL, "indexing the parameters' names: %s",
+                       st == SC_ERR_NOMEM ? "out of memory" : "too many parameters");
+  }
   p->zero_stage = p->fsdp_axis < 0 ? 0 : plan->zero_stage > 0 ? plan->zero_stage : 3;
   p->keep_after_forward = plan->keep_after_forward;
   p->reduce_low = sc_plan_reduces_low(plan);
@@ -268,6 +275,7 @@ void sc_partition_destroy(sc_partition *p) {
   sc_graph_destroy(p->local);
   sc_free(p->fallbacks);
   sc_free(p->flat_splits);
+  sc_name_index_free(&p->param_names);
   sc_arena_free(&p->arena);
   sc_free(p);
 }

@@ -34,6 +34,7 @@
 #ifndef SC_PASSES_PARTITION_H
 #define SC_PASSES_PARTITION_H
 
+#include "ir/name_index.h"
 #include "passes/pass.h"
 #include "passes/plan/plan.h"
 #include "passes/train.h"
@@ -78,6 +79,8 @@ typedef struct sc_partition {
                                   also splits the experts (ep.c), or -1 */
   bool training;               /* the graph is a training step (passes/train.h) */
   const struct sc_train_info *train; /* its parameters (borrowed), or NULL */
+  sc_name_index param_names;   /* train's parameters by name, in order
+                                  (sc_partition_param_of; not built: scanned) */
   int32_t zero_stage;          /* training: 0 (no fsdp axis) or 1..3 */
   bool keep_after_forward;     /* ZeRO-3: no second all-gather in the backward */
   bool reduce_low;             /* training: a low-precision gradient pending

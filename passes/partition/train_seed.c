@@ -134,6 +134,14 @@ const char *sc_partition_param_of(const sc_partition *p, const char *name) {
   const sc_train_info *t = p->train;
   if (!t || !name) return NULL;
   if (strncmp(name, "accum:", 6) == 0) name += 6;
+  const sc_name_index *ix = &p->param_names;
+  if (t->n_params > 0 && ix->n == t->n_params) {
+    /* the parameter itself, else the longest "P" before a '.' of name */
+    int32_t k = name[0] ? sc_name_index_find(ix, name) : -1;
+    for (size_t n = strlen(name); k < 0 && n > 1; n--)
+      if (name[n - 1] == '.') k = sc_name_index_find_n(ix, name, n - 1);
+    return k >= 0 ? t->params[k].name : NULL;
+  }
   const char *best = NULL;
   size_t best_len = 0;
   for (int32_t k = 0; k < t->n_params; k++) {
