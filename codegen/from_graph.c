@@ -620,7 +620,10 @@ static double dgelu_tanh(double x) {
 /* The value of member output v at x (the GEMM's output value c there) and
  * x2 (value c2's, or -1: none), in double, or NAN when v is not computed by
  * the ops below from c, c2 and one-element constants. val[] caches the
- * members' values (NAN: not yet). */
+ * members' values (NAN: not yet). A Cast to f32 is exact here (the kernel
+ * widens its loads: a low-precision gradient's f32 arithmetic); one to
+ * bf16 or f16 rounds, unless it makes v itself (depth 0), which the kernel
+ * and cuBLASLt's epilogue both round once when they store it. */
 static double act_eval(const sc_graph *g, int32_t c, int32_t c2, int32_t v, double x, double x2,
                        const bool *member, double *val, int depth) {
   if (v == c) return x;
@@ -647,6 +650,16 @@ static double act_eval(const sc_graph *g, int32_t c, int32_t c2, int32_t v, doub
   case SC_OP_POW: r = pow(a, b); break;
   case SC_OP_TANH: r = tanh(a); break;
   case SC_OP_RELU: r = a > 0 ? a : 0; break;
+  case SC_OP_CAST: /* a widening is exact; a narrowing rounds, except the stored value's */
+    if (vv->dtype == SC_DTYPE_F32 || vv->dtype == SC_DTYPE_F64 ||
+        ((vv->dtype == SC_DTYPE_BF16 || vv->dtype == SC_DTYPE_F16) && depth == 0)) {
+      r = a;
+    } else if (vv->dtype == SC_DTYPE_BF16 || vv->dtype == SC_DTYPE_F16) {
+      uint16_t h;
+      sc_store_f64(vv->dtype, &h, 0, a);
+      r = sc_load_f64(vv->dtype, &h, 0);
+    }
+    break;
   case SC_OP_GELU: {
     sc_ew_attrs at;
     if (sc_ew_attrs_read((sc_graph *)g, n, &at) == SC_OK && at.gelu_tanh) r = gelu_tanh(a);

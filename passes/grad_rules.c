@@ -663,14 +663,22 @@ sc_status sc_grad_mish(sc_grad_ctx *c) {
 
 /* Gelu, approximate "none": dy · (Φ(x) + x·φ(x)), Φ(x) = (1 + erf(x/√2))/2,
  * φ(x) = exp(−x²/2)/√(2π); "tanh": with u = √(2/π)(x + 0.044715x³),
- * th = tanh u: dy · (½(1 + th) + ½x(1 − th²)·√(2/π)(1 + 3·0.044715x²)). */
+ * th = tanh u: dy · (½(1 + th) + ½x(1 − th²)·√(2/π)(1 + 3·0.044715x²)).
+ * A bf16 or f16 Gelu's gradient computes in f32, as autocast's opmath
+ * does: x and dy widened, the constants f32, the result narrowed once to
+ * x's dtype (the fused kernel widens its loads anyway, so the casts cost
+ * nothing; in a backward product's epilogue the formula is cuBLASLt's
+ * DGELU: codegen/from_graph.c's epilogue_act). */
 sc_status sc_grad_gelu(sc_grad_ctx *c) {
   if (!c->want[0] || c->dy[0] < 0) return SC_OK;
   sc_ew_attrs a;
   sc_status st = sc_ew_attrs_read(c->g, gb_fwd(c), &a);
   if (st != SC_OK) return st;
   int32_t x = in_v(c, 0), dy = c->dy[0];
-  sc_dtype t = dtype_of(c, x);
+  sc_dtype xt = dtype_of(c, x);
+  sc_dtype t = xt == SC_DTYPE_BF16 || xt == SC_DTYPE_F16 ? SC_DTYPE_F32 : xt;
+  x = gb_cast(c, x, t);
+  dy = gb_cast(c, dy, t);
   int32_t x2 = gb_2(c, SC_OP_MUL, x, x), half = gb_scalar(c, t, 0.5), d;
   if (a.gelu_tanh) {
     const double k = 0.7978845608028654, b = 0.044715; /* √(2/π) */
@@ -692,7 +700,7 @@ sc_status sc_grad_gelu(sc_grad_ctx *c) {
                        gb_1(c, SC_OP_EXP, gb_2(c, SC_OP_MUL, x2, gb_scalar(c, t, -0.5))));
     d = gb_2(c, SC_OP_ADD, cdf, gb_2(c, SC_OP_MUL, x, pdf));
   }
-  c->dx[0] = gb_2(c, SC_OP_MUL, dy, d);
+  c->dx[0] = gb_cast(c, gb_2(c, SC_OP_MUL, dy, d), xt);
   return done_dx0(c);
 }
 

@@ -20,6 +20,9 @@ Checked, on seeded inputs, per model:
         epilogue gives back ReLU's input: RELU_AUX keeps a bit mask);
       - Gemm -> tanh Gelu where the product is also a graph output:
         gelu_tanh with "aux" (cuBLASLt's GELU_AUX writes C as its aux);
+      - compiled only: MatMul -> Cast(bf16) -> Cast(f32) -> tanh Gelu:
+        none (the product rounded to bf16 inside the kernel is not what
+        cuBLASLt's GELU reads), MatMul -> Identity -> tanh Gelu: gelu_tanh;
   * --device cuda (SHARDC_CUDA_EMU=1, or the real driver with
     SC_CUDA_REAL=1) reports as many "activations in the product"
     (SHARDC_CUDA_VERBOSE) as the program has, and as many of them keeping
@@ -37,10 +40,11 @@ Checked, on seeded inputs, per model:
     Gemm trained 4 AdamW steps with mse, fp32 and bf16: its forward's
     first GEMM step carries "act gelu_tanh->bN aux" (the backward reads the
     pre-activation) and, in fp32, the backward's product dG = dY·W2ᵀ
-    carries "act dgelu_tanh->bN in=bM" (dG · gelu'(Q), Q that
-    pre-activation: cuBLASLt's DGELU; in bf16 the derivative's constants
-    are rounded to bf16, so it is not cuBLASLt's and stays a kernel);
-    --device cuda counts 2 (fp32) or 1 (bf16) activations in the product,
+    and, in both precisions, the backward's product dG = dY·W2ᵀ carries
+    "act dgelu_tanh->bN in=bM" (dG · gelu'(Q), Q that pre-activation:
+    cuBLASLt's DGELU; in bf16 the Gelu's gradient computes in f32 with f32
+    constants, as autocast's opmath, so its formula is DGELU's too);
+    --device cuda counts 2 activations in the product,
     1 keeping the pre-activation, with the host engine and with
     SHARDC_CUDA_GEMM=cublaslt; losses and
     gradient norms finite and within 2e-5 (fp32) or 2e-3 (bf16: cuBLASLt's
@@ -50,7 +54,8 @@ Checked, on seeded inputs, per model:
     Gelu(approximate="tanh") node before autodiff (passes/fuse_gelu.c), so
     the backward reads only the pre-activation, which the product reaches
     through a Reshape (a view of C): each layer's MLP GEMM step carries
-    "act gelu_tanh->bN aux" (2 of 27 GEMM steps) and its GELU kernel writes
+    "act gelu_tanh->bN aux" and the backward's dG product "act
+    dgelu_tanh->bN in=bM" (4 of 27 GEMM steps) and its GELU kernel writes
     one buffer; with SHARDC_NO_FUSE_GELU=1 (the eight ops kept, whose
     backward reads three of their intermediate values) no GEMM step carries
     an activation and each GELU kernel writes four buffers.
@@ -208,7 +213,7 @@ def gpt2_count(tmp):
     src = os.environ.get("SC_SOURCE_DIR", os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                                        "..", ".."))
     for fold, want, want_outs, kname in (
-            (True, {"gelu_tanh aux": 2, "none": 25}, [1, 1], r"\w*_gelu"),
+            (True, {"gelu_tanh aux": 2, "dgelu_tanh": 2, "none": 23}, [1, 1], r"\w*_gelu"),
             (False, {"none": 27}, [4, 4], r"\w*_mul_pow_mul_add_mul_tanh_add_mul")):
         env = None if fold else {"SHARDC_NO_FUSE_GELU": "1"}
         tag = "gpt2 bf16 training" + ("" if fold else " (SHARDC_NO_FUSE_GELU=1)")
@@ -235,6 +240,31 @@ def gpt2_count(tmp):
               f"{want_outs}")
 
 
+def cast_checks(tmp):
+    """A narrowing Cast inside the epilogue rounds (module comment)."""
+    w = (np.random.default_rng(20261206).standard_normal((K, N)) / math.sqrt(K)).astype(np.float32)
+    for case, mid, want in (
+            ("cast_round", [h.make_node("Cast", ["P"], ["Q"], to=T.BFLOAT16),
+                            h.make_node("Cast", ["Q"], ["R"], to=T.FLOAT)], []),
+            ("identity", [h.make_node("Identity", ["P"], ["R"])], ["gelu_tanh"])):
+        nodes = ([h.make_node("MatMul", ["X", "W"], ["P"])] + mid +
+                 [h.make_node("Gelu", ["R"], ["Y"], approximate="tanh")])
+        g = h.make_graph(nodes, case, [h.make_tensor_value_info("X", T.FLOAT, [M, K])],
+                         [h.make_tensor_value_info("Y", T.FLOAT, None)],
+                         [numpy_helper.from_array(w, "W")])
+        m = h.make_model(g, opset_imports=[h.make_opsetid("", 20)])
+        m.ir_version = 9
+        path = os.path.join(tmp, case + ".onnx")
+        onnx.save(m, path)
+        r = sh(["compile", path, "--emit=kir", "-o", os.path.join(tmp, case + ".k")])
+        if not check(r.returncode == 0, f"{case}: compile: {r.stderr[-300:]}"):
+            continue
+        gemms = re.findall(r"^s\d+ gemm .*$", r.stdout, re.M)
+        acts = [a.group(1) for a in (re.search(r" act (\w+)->b\d+", ln) for ln in gemms) if a]
+        check(len(gemms) == 1 and acts == want,
+              f"{case}: {len(gemms)} GEMM steps, activations {acts}, want 1, {want}")
+
+
 def train_checks(tmp, rng):
     """GELU_AUX in a training step (module comment)."""
     path = os.path.join(tmp, "mlp_gelu.onnx")
@@ -250,7 +280,7 @@ def train_checks(tmp, rng):
         if not check(r.returncode == 0, f"train {prec}: compile: {r.stderr[-300:]}"):
             continue
         acts = re.findall(r"^s\d+ gemm .* act (\w+)->b\d+( aux)?", r.stdout, re.M)
-        want = [("gelu_tanh", " aux")] + ([("dgelu_tanh", "")] if prec == "fp32" else [])
+        want = [("gelu_tanh", " aux"), ("dgelu_tanh", "")]
         check(acts == want, f"train {prec}: GEMM activations {acts}, want {want}")
         logs = {}
         for dev, env in [("cpu", None)] + [("cuda", e) for e in ENGINES]:
@@ -368,6 +398,7 @@ def main():
                       f"{aux_count(r.stderr)} keeping the pre-activation")
                 within(np.load(os.path.join(od, "Y.npy")), outs["cpu"].astype(np.float64),
                       1e-5, f"bundle {case} on cuda against cpu")
+        cast_checks(tmp)
         train_checks(tmp, rng)
         gpt2_count(tmp)
     return finish()

@@ -1049,6 +1049,40 @@ static void saved_by_dtype(const sc_graph *g, sc_dtype low, int *widened, int *n
   free(counted);
 }
 
+/* The gradient of each Gelu of the low-precision step g computes in f32
+ * (autocast's opmath): its nodes (named "<Gelu>/grad/N") read no constant
+ * of dtype low, and exactly one of them narrows, a Cast to low (the
+ * result). Returns the number of Gelu nodes. */
+static int gelu_grads_f32(const sc_graph *g, sc_dtype low) {
+  int n_gelu = 0;
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    const sc_node *fw = &g->nodes[i];
+    if (fw->op != SC_OP_GELU || !fw->name || strstr(fw->name, "/grad/")) continue;
+    n_gelu++;
+    char prefix[600];
+    snprintf(prefix, sizeof prefix, "%s/grad/", fw->name);
+    int nodes = 0, narrow = 0, low_consts = 0;
+    for (int32_t j = 0; j < g->n_nodes; j++) {
+      const sc_node *n = &g->nodes[j];
+      if (!n->name || strncmp(n->name, prefix, strlen(prefix)) != 0) continue;
+      nodes++;
+      for (int32_t k = 0; k < n->n_inputs; k++)
+        if (n->inputs[k] >= 0 && (g->values[n->inputs[k]].flags & SC_VALUE_CONST) &&
+            g->values[n->inputs[k]].dtype == low)
+          low_consts++;
+      if (n->op == SC_OP_CAST && n->n_outputs > 0 && n->outputs[0] >= 0 &&
+          g->values[n->outputs[0]].dtype == low)
+        narrow++;
+    }
+    print_message("%s: %d gradient nodes, %d narrowing casts, %d low constants\n", fw->name, nodes,
+                  narrow, low_consts);
+    assert_true(nodes > 10);
+    assert_int_equal(narrow, 1);
+    assert_int_equal(low_consts, 0);
+  }
+  return n_gelu;
+}
+
 static void check_low_saved(const char *model, bool fp16) {
   char path[1024];
   snprintf(path, sizeof path, "%s/samples/%s", SC_SOURCE_DIR, model);
@@ -1069,6 +1103,8 @@ static void check_low_saved(const char *model, bool fp16) {
                 n_low, widened);
   assert_int_equal(widened, 0);
   assert_true(n_low > 0);
+  if (strcmp(model, "gpt2.onnx") == 0) /* its two tanh GELUs, one Gelu each after fuse-gelu */
+    assert_int_equal(gelu_grads_f32(g, fp16 ? SC_DTYPE_F16 : SC_DTYPE_BF16), 2);
   sc_graph_destroy(g);
 }
 
