@@ -382,8 +382,12 @@ static sc_status collective_time(const sc_dist_program *dp, const sc_comm_step *
                      sc_cost_group_nodes(&dp->mesh, cs->axes)};
   sc_coll_cost cc;
   if (sc_cost_collective(c, KIND[cs->kind], bytes, g, &cc, d) != SC_OK) return d->status;
-  /* thread-ranks that compute between meetings: what each meeting adds */
-  *seconds = cc.seconds + (g.ranks > 1 ? sc_cluster_sync_call_s(c, dp->mesh.n_ranks) : 0);
+  /* thread-ranks that compute between meetings: what each meeting adds;
+     some of more ranks than cores meeting: their copies and reductions
+     time-sliced with the others' compute */
+  double slice = sc_cluster_meet_share(c, dp->mesh.n_ranks, g.ranks);
+  *seconds = cc.latency_s + cc.transfer_s * slice +
+             (g.ranks > 1 ? sc_cluster_sync_call_s(c, dp->mesh.n_ranks) : 0);
   return SC_OK;
 }
 

@@ -303,6 +303,12 @@ double sc_cluster_sync_call_s(const sc_cluster *c, int64_t ranks) {
   return y ? y->call_s : 0;
 }
 
+double sc_cluster_meet_share(const sc_cluster *c, int64_t ranks, int64_t group) {
+  if (c->host_cores <= 0 || group < 1 || group >= ranks || ranks <= c->host_cores) return 1;
+  double f = sc_cluster_core_share(c, ranks) / sc_cluster_core_share(c, group);
+  return f > 1 ? f : 1;
+}
+
 double sc_cluster_sync_call_drift(const sc_cluster *c, int64_t ranks, double computed) {
   const sc_profile_sync *y = sync_row(c, ranks);
   if (!y || !(computed > 0)) return 0;

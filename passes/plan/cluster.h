@@ -140,6 +140,15 @@ double sc_cluster_core_share_busy(const sc_cluster *c, double busy);
  * many ranks, else 0 (and 0 for a cluster whose ranks have devices of
  * their own). */
 double sc_cluster_sync_call_s(const sc_cluster *c, int64_t ranks);
+/* How many times longer the transfer (copies and reductions) of a
+ * collective among `group` of `ranks` thread-ranks takes than the
+ * communicator's fit says, when the ranks outnumber the host's cores:
+ * the local communicator's copies and reductions are the meeting ranks'
+ * own work, time-sliced with the other ranks' compute meanwhile, where
+ * the fit timed the group alone. The core share of all the ranks over
+ * the group's own (sc_cluster_core_share), at least 1; 1 for the whole
+ * group, and for ranks that do not outnumber the cores. */
+double sc_cluster_meet_share(const sc_cluster *c, int64_t ranks, int64_t group);
 /* The seconds a collective among `ranks` thread-ranks adds for `computed`
  * seconds each rank computed since its previous one (the ranks drift
  * apart, and share a core until the scheduler parts them): the sync

@@ -718,6 +718,52 @@ static void test_meeting_drift(void **state) {
   sc_dist_program_destroy(dp);
 }
 
+/* Thread-ranks outnumbering the host's cores: a collective among some of
+ * them (4 of 8 on 2 cores) has its transfer stretched by the share of all
+ * eight over the group's own (4 / 2 = 2): its copies and reductions are
+ * the meeting ranks' work, time-sliced with the others' compute, where
+ * the communicator's fit timed the group alone. The latency term is not
+ * stretched; the whole group's collective, a host with cores for every
+ * rank, and a cluster of devices are as the fit says. */
+static void test_meet_share(void **state) {
+  (void)state;
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  sc_cluster alone = preset("h100-sxm:8x1"), shared = alone, roomy = alone;
+  shared.host_cores = 2;
+  roomy.host_cores = 8;
+  assert_close(sc_cluster_meet_share(&shared, 8, 4), 2);
+  assert_close(sc_cluster_meet_share(&shared, 8, 8), 1);
+  assert_close(sc_cluster_meet_share(&roomy, 8, 4), 1);
+  assert_close(sc_cluster_meet_share(&alone, 8, 4), 1);
+  sc_dist_program *dp = program(&alone, false);
+  sc_program *p = dp->stages[0].program;
+  int32_t k = -1;
+  for (int32_t i = 0; i < p->n_steps; i++)
+    if (p->steps[i].kind == SC_STEP_COMM) k = i;
+  assert_true(k >= 0);
+  for (int64_t group = 8; group >= 4; group -= 4) {
+    p->steps[k].comm.group_size = group;
+    sc_coll_cost cc;
+    double bytes = 2.0 * 1024 * 1024; /* C: 1 Mi bf16 */
+    assert_int_equal(sc_cost_collective(&alone, SC_COLL_ALL_REDUCE, bytes,
+                                        (sc_coll_group){group, 1}, &cc, &d),
+                     SC_OK);
+    assert_true(cc.transfer_s > 0 && cc.latency_s > 0);
+    sc_dist_sim a, s, r;
+    assert_int_equal(sc_dist_sim_run(dp, &alone, &a, &d), SC_OK);
+    assert_int_equal(sc_dist_sim_run(dp, &shared, &s, &d), SC_OK);
+    assert_int_equal(sc_dist_sim_run(dp, &roomy, &r, &d), SC_OK);
+    check_terms(&s);
+    double runs = dp->schedule.microbatches; /* one all-reduce a run */
+    assert_close(a.ranks[0].comm[0].busy_s, runs * cc.seconds);
+    assert_close(r.ranks[0].comm[0].busy_s, runs * cc.seconds);
+    double want = group == 8 ? cc.seconds : cc.latency_s + 2 * cc.transfer_s;
+    assert_close(s.ranks[0].comm[0].busy_s, runs * want);
+  }
+  sc_dist_program_destroy(dp);
+}
+
 /* The CPU's kernel features (sc_dist_kernel_features) of two hand-built
  * kernels, and their time through a profile's kernel model. */
 static void test_kernel_features(void **state) {
@@ -853,6 +899,7 @@ int main(void) {
       cmocka_unit_test(test_fp8_rate),
       cmocka_unit_test(test_overlap),
       cmocka_unit_test(test_meeting_drift),
+      cmocka_unit_test(test_meet_share),
       cmocka_unit_test(test_terms),
       cmocka_unit_test(test_bubbles),
       cmocka_unit_test(test_zero_bubble),
