@@ -482,6 +482,15 @@ static double rank_mbs(const ctx *x, const sc_search_cand *c) {
  * of their 12 h² FLOPs have every dim above 1024 (docs/planner.md, "The
  * estimate"). FLOPs the list does not hold (a product of no known shape)
  * keep that one shape. */
+static sc_status block_gemm(const ctx *x, const sc_search_cand *c, const sc_block_gemm *e,
+                            double flops, double *s, sc_diag *d) {
+  double mbs = rank_mbs(x, c);
+  int64_t m = (int64_t)((double)e->m * mbs), n = e->n, k = e->k;
+  if (e->weight && n == x->bm->hidden) k /= c->tp;
+  else if (e->weight) n /= c->tp;
+  return gemm(x, flops * mbs / (double)c->tp, m, n, k, s, d);
+}
+
 static sc_status block_gemms(const ctx *x, const sc_search_cand *c, const sc_block_part *b,
                              int64_t rows, double *s, sc_diag *d) {
   const sc_block_model *bm = x->bm;
@@ -489,12 +498,8 @@ static sc_status block_gemms(const ctx *x, const sc_search_cand *c, const sc_blo
   int64_t h = bm->hidden > 0 ? bm->hidden : 1;
   sc_status st = SC_OK;
   for (int32_t i = 0; i < b->n_gemms && st == SC_OK; i++) {
-    const sc_block_gemm *e = &b->gemms[i];
-    int64_t m = (int64_t)((double)e->m * mbs), n = e->n, k = e->k;
-    if (e->weight && n == h) k /= c->tp;
-    else if (e->weight) n /= c->tp;
-    listed += e->flops;
-    st = gemm(x, e->flops * mbs / tp, m, n, k, s, d);
+    listed += b->gemms[i].flops;
+    st = block_gemm(x, c, &b->gemms[i], b->gemms[i].flops, s, d);
   }
   /* the expert products are in no list (block_model.c): block_times
    * times them apart */
@@ -541,21 +546,31 @@ static sc_status block_times(const ctx *x, const sc_search_cand *c, mb_times *t,
     st = gemm(x, b->expert_flops * mbs / (etp ? tp : 1), b->expert_m, en, ek, &rest, d);
   }
   if (st != SC_OK) return st;
-  /* memory-bound kernels: the residual stream's are whole on every tp rank
-   * unless sequence parallel splits them; the rest (heads, the MLP's wide
-   * values) are split */
+  /* memory-bound kernels: the residual stream's are split over tp between
+   * the products (the compiled step slices the stream after each
+   * product's reduction), its row kernels (the norms) whole on every tp
+   * rank, which gathers the stream for them, unless sequence parallel
+   * splits them too; the rest (heads, the MLP's wide values) are split */
   double lo = low_fraction(x);
-  double whole = (b->whole_mem_bytes - lo * b->whole_low_mem_bytes) * mbs;
+  double rows_b = (b->row_mem_bytes - lo * b->row_low_mem_bytes) * mbs;
+  double whole = (b->whole_mem_bytes - lo * b->whole_low_mem_bytes) * mbs - rows_b;
   double split = (b->mem_bytes - b->whole_mem_bytes -
                   lo * (b->low_mem_bytes - b->whole_low_mem_bytes)) * mbs;
-  double mem = (c->sequence_parallel ? whole / tp : whole) / x->hbm_stream +
+  double mem = ((c->sequence_parallel ? rows_b / tp : rows_b) + whole / tp) / x->hbm_stream +
                split / tp / x->hbm_nodes;
   double core_mem = b->attn_mem_bytes * mbs / tp / x->hbm_nodes;
   t->block_fwd = core + rest + mem;
   t->block_bwd = core_bwd + BACKWARD_FACTOR * rest + MEM_BACKWARD_FACTOR * mem;
   t->block_gemm = core + rest;
   t->block_weight = rest;
-  t->block_re = c->recompute == SC_SEARCH_RECOMPUTE_FULL        ? t->block_fwd
+  /* full recompute reruns the forward but its last product, whose output
+   * only feeds the residual addition that makes the block's output */
+  double last = 0;
+  if (st == SC_OK && c->recompute == SC_SEARCH_RECOMPUTE_FULL && b->last_gemm_flops > 0 &&
+      b->last_gemm >= 0 && b->last_gemm < b->n_gemms)
+    st = block_gemm(x, c, &b->gemms[b->last_gemm], b->last_gemm_flops, &last, d);
+  if (st != SC_OK) return st;
+  t->block_re = c->recompute == SC_SEARCH_RECOMPUTE_FULL        ? t->block_fwd - last
                 : c->recompute == SC_SEARCH_RECOMPUTE_SELECTIVE && !bm->attn_fused
                     ? core + core_mem
                                                                 : 0;
