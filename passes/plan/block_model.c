@@ -125,6 +125,9 @@ static void add_node(sc_graph *g, const sc_node *n, int32_t *seen_param, int32_t
       if (row) p->row_low_mem_bytes += c.bytes;
     }
   }
+  const sc_value *table = n->op == SC_OP_GATHER ? sc_node_input(g, n, 0) : NULL;
+  if (table && (table->flags & SC_VALUE_PARAM) && table->rank == 2)
+    p->lookup_elems += (double)sc_value_numel(table);
   if (!is_view(n->op)) {
     double ob = out_bytes(g, n);
     p->saved_bytes += ob;

@@ -96,6 +96,10 @@ typedef struct sc_block_part {
    * keeps */
   int32_t last_gemm;
   double last_gemm_flops;
+  /* elements of the 2-D parameters the part looks rows up in (a Gather's
+   * data: the embeddings), whose gradient the compiled step computes
+   * whole, a dense [rows, dim] scatter-add in f32, a microbatch */
+  double lookup_elems;
   /* of saved_bytes, attn_saved_bytes and whole_saved_bytes (counted in the
    * graph's f32): the values a bf16 or fp16 training step computes in that
    * type, at half the bytes: the GEMM products and the data-moving and
