@@ -1581,7 +1581,7 @@ int sc_cmd_plan_auto(int argc, char **argv) {
     json_object_set_new(
         au, "block_model",
         json_pack("{s:i, s:s, s:I, s:I, s:I, s:I, s:I, s:{s:f, s:f, s:f, s:I, s:I, s:f, s:f, "
-                  "s:f, s:f, s:f}, s:{s:f, s:f, s:I, s:f, s:f}, s:f, s:f}",
+                  "s:f, s:f, s:f, s:f, s:f}, s:{s:f, s:f, s:I, s:f, s:f, s:f}, s:f, s:f}",
                   "blocks", bm.n_blocks, "found", bm.found, "hidden", (json_int_t)bm.hidden,
                   "heads", (json_int_t)bm.heads, "seq", (json_int_t)bm.seq, "vocab",
                   (json_int_t)bm.vocab, "parameters", (json_int_t)sc_block_model_params(&bm),
@@ -1590,11 +1590,12 @@ int sc_cmd_plan_auto(int argc, char **argv) {
                   "split_params", (json_int_t)bp->split_params, "saved_bytes",
                   bp->saved_bytes, "attention_saved_bytes", bp->attn_saved_bytes,
                   "stream_saved_bytes", bp->whole_saved_bytes, "input_bytes", bp->input_bytes,
-                  "low_saved_bytes", bp->low_saved_bytes,
+                  "low_saved_bytes", bp->low_saved_bytes, "stream_row_memory_bytes",
+                  bp->row_mem_bytes, "last_product_flops", bp->last_gemm_flops,
                   "outside", "gemm_flops", bm.outside.gemm_flops, "memory_bytes",
                   bm.outside.mem_bytes, "params", (json_int_t)bm.outside.params, "saved_bytes",
                   bm.outside.saved_bytes, "low_saved_bytes", bm.outside.low_saved_bytes,
-                  "loss_saved_bytes", bm.loss_saved_bytes, "loss_split_saved_bytes",
+                  "lookup_elements", bm.outside.lookup_elems, "loss_saved_bytes", bm.loss_saved_bytes, "loss_split_saved_bytes",
                   bm.loss_split_saved_bytes));
     json_object_set_new(au, "memory_limit_bytes", json_integer(limit));
     json_object_set_new(au, "objective", json_string(sc_search_goal_name(x.goal)));

@@ -49,6 +49,7 @@ static void add_gemm(sc_graph *g, const sc_node *n, double flops, sc_block_part 
     sc_block_gemm *e = &p->gemms[i];
     if (e->m == m && e->n == nn && e->k == k && e->weight == weight) {
       e->flops += flops;
+      p->last_gemm = i, p->last_gemm_flops = flops;
       return;
     }
   }
@@ -56,6 +57,7 @@ static void add_gemm(sc_graph *g, const sc_node *n, double flops, sc_block_part 
     p->gemms[p->n_gemms++] = (sc_block_gemm){flops, m < 1 ? 1 : m, nn, k, weight};
   else
     p->gemms[p->n_gemms - 1].flops += flops;
+  p->last_gemm = p->n_gemms - 1, p->last_gemm_flops = flops;
 }
 
 /* Whether n writes a value of the residual stream: [.., seq, hidden]. */
@@ -110,15 +112,22 @@ static void add_node(sc_graph *g, const sc_node *n, int32_t *seen_param, int32_t
     /* an expert product is timed apart, at one expert's shape
      * (add_experts, search.c's block_times) */
     else if (!fused && sc_expert_weight(g, n, graph_param, NULL) < 0) add_gemm(g, n, c.flops, p);
+    else if (!fused) p->last_gemm_flops = 0; /* an expert product last: none listed */
   } else if (!is_view(n->op)) {
     p->mem_bytes += c.bytes;
     if (in_core) p->attn_mem_bytes += c.bytes;
+    bool row = whole && info && (info->flags & SC_OPF_NORM);
     if (whole) p->whole_mem_bytes += c.bytes;
+    if (row) p->row_mem_bytes += c.bytes;
     if (low) {
       p->low_mem_bytes += c.bytes;
       if (whole) p->whole_low_mem_bytes += c.bytes;
+      if (row) p->row_low_mem_bytes += c.bytes;
     }
   }
+  const sc_value *table = n->op == SC_OP_GATHER ? sc_node_input(g, n, 0) : NULL;
+  if (table && (table->flags & SC_VALUE_PARAM) && table->rank == 2)
+    p->lookup_elems += (double)sc_value_numel(table);
   if (!is_view(n->op)) {
     double ob = out_bytes(g, n);
     p->saved_bytes += ob;

@@ -84,6 +84,22 @@ typedef struct sc_block_part {
                                parallelism without sequence parallelism
                                keeps whole on every rank */
   double whole_mem_bytes;   /* of mem_bytes, the kernels writing them */
+  /* of whole_mem_bytes and whole_low_mem_bytes, the row kernels' (norms:
+   * SC_OPF_NORM), which read whole rows of the stream: a tensor-parallel
+   * step keeps the stream split over tp between the products and gathers
+   * it for them unless sequence parallelism splits them too */
+  double row_mem_bytes, row_low_mem_bytes;
+  /* the part's last product outside the attention core in the forward's
+   * order (not an expert's): its entry of gemms and its FLOPs per example
+   * (0: none). Full recompute does not rerun it: its output only feeds the
+   * residual addition that makes the part's output, which the next part
+   * keeps */
+  int32_t last_gemm;
+  double last_gemm_flops;
+  /* elements of the 2-D parameters the part looks rows up in (a Gather's
+   * data: the embeddings), whose gradient the compiled step computes
+   * whole, a dense [rows, dim] scatter-add in f32, a microbatch */
+  double lookup_elems;
   /* of saved_bytes, attn_saved_bytes and whole_saved_bytes (counted in the
    * graph's f32): the values a bf16 or fp16 training step computes in that
    * type, at half the bytes: the GEMM products and the data-moving and

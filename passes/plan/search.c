@@ -73,6 +73,17 @@ enum { COMM_LOW_B = 2 };
  * microbatch (the logits' cast and the LM head's output gradient
  * included), 18 and 22 B an element at the simulator's 2.68 TB/s; the
  * split form's 24 and 118 B charged it 5 times its backward. */
+/* The lookups' gradient (an embedding's), a microbatch, per element of
+ * the whole table (block_model's lookup_elems): the compiled step builds
+ * it dense in f32, zeroed (4 B) and scatter-added (read and write, 8 B),
+ * and a tensor-parallel step slices the rank's vocabulary shard out of it
+ * (4 B more). Simulated 2026-12-06 (SHARDC_SIM_STEPS): the GPT-175B
+ * shape's [50257, 12288] table at tp=8 3.15 ms a microbatch with its
+ * positions' [2048, 12288] (16.4 and 12.2 B an element), gpt_1p5b's at
+ * tp=8 0.40 ms (13.3 B). Not modelled until then: the estimate counted
+ * the lookup's forward bytes for its backward. */
+#define LOOKUP_GRAD_B 12.0
+#define LOOKUP_SLICE_B 4.0
 #define LOSS_WHOLE_FWD_B 18.0
 #define LOSS_WHOLE_BWD_B 22.0
 /* The compiled step fuses elementwise chains into kernels, so its
@@ -435,6 +446,9 @@ typedef struct mb_times {
    * LM head's): a pipeline's weight piece, which runs after the input's
    * gradient has been handed on (codegen/pipe_schedule.c) */
   double block_weight, outside_weight;
+  /* the lookups' gradient: the first pipeline rank's (the embedding's),
+   * where the last holds the LM head and the loss */
+  double lookup_bwd;
 } mb_times;
 
 /* Thread-ranks outnumbering the host's cores compute time-sliced
@@ -482,6 +496,15 @@ static double rank_mbs(const ctx *x, const sc_search_cand *c) {
  * of their 12 h² FLOPs have every dim above 1024 (docs/planner.md, "The
  * estimate"). FLOPs the list does not hold (a product of no known shape)
  * keep that one shape. */
+static sc_status block_gemm(const ctx *x, const sc_search_cand *c, const sc_block_gemm *e,
+                            double flops, double *s, sc_diag *d) {
+  double mbs = rank_mbs(x, c);
+  int64_t m = (int64_t)((double)e->m * mbs), n = e->n, k = e->k;
+  if (e->weight && n == x->bm->hidden) k /= c->tp;
+  else if (e->weight) n /= c->tp;
+  return gemm(x, flops * mbs / (double)c->tp, m, n, k, s, d);
+}
+
 static sc_status block_gemms(const ctx *x, const sc_search_cand *c, const sc_block_part *b,
                              int64_t rows, double *s, sc_diag *d) {
   const sc_block_model *bm = x->bm;
@@ -489,12 +512,8 @@ static sc_status block_gemms(const ctx *x, const sc_search_cand *c, const sc_blo
   int64_t h = bm->hidden > 0 ? bm->hidden : 1;
   sc_status st = SC_OK;
   for (int32_t i = 0; i < b->n_gemms && st == SC_OK; i++) {
-    const sc_block_gemm *e = &b->gemms[i];
-    int64_t m = (int64_t)((double)e->m * mbs), n = e->n, k = e->k;
-    if (e->weight && n == h) k /= c->tp;
-    else if (e->weight) n /= c->tp;
-    listed += e->flops;
-    st = gemm(x, e->flops * mbs / tp, m, n, k, s, d);
+    listed += b->gemms[i].flops;
+    st = block_gemm(x, c, &b->gemms[i], b->gemms[i].flops, s, d);
   }
   /* the expert products are in no list (block_model.c): block_times
    * times them apart */
@@ -541,21 +560,31 @@ static sc_status block_times(const ctx *x, const sc_search_cand *c, mb_times *t,
     st = gemm(x, b->expert_flops * mbs / (etp ? tp : 1), b->expert_m, en, ek, &rest, d);
   }
   if (st != SC_OK) return st;
-  /* memory-bound kernels: the residual stream's are whole on every tp rank
-   * unless sequence parallel splits them; the rest (heads, the MLP's wide
-   * values) are split */
+  /* memory-bound kernels: the residual stream's are split over tp between
+   * the products (the compiled step slices the stream after each
+   * product's reduction), its row kernels (the norms) whole on every tp
+   * rank, which gathers the stream for them, unless sequence parallel
+   * splits them too; the rest (heads, the MLP's wide values) are split */
   double lo = low_fraction(x);
-  double whole = (b->whole_mem_bytes - lo * b->whole_low_mem_bytes) * mbs;
+  double rows_b = (b->row_mem_bytes - lo * b->row_low_mem_bytes) * mbs;
+  double whole = (b->whole_mem_bytes - lo * b->whole_low_mem_bytes) * mbs - rows_b;
   double split = (b->mem_bytes - b->whole_mem_bytes -
                   lo * (b->low_mem_bytes - b->whole_low_mem_bytes)) * mbs;
-  double mem = (c->sequence_parallel ? whole / tp : whole) / x->hbm_stream +
+  double mem = ((c->sequence_parallel ? rows_b / tp : rows_b) + whole / tp) / x->hbm_stream +
                split / tp / x->hbm_nodes;
   double core_mem = b->attn_mem_bytes * mbs / tp / x->hbm_nodes;
   t->block_fwd = core + rest + mem;
   t->block_bwd = core_bwd + BACKWARD_FACTOR * rest + MEM_BACKWARD_FACTOR * mem;
   t->block_gemm = core + rest;
   t->block_weight = rest;
-  t->block_re = c->recompute == SC_SEARCH_RECOMPUTE_FULL        ? t->block_fwd
+  /* full recompute reruns the forward but its last product, whose output
+   * only feeds the residual addition that makes the block's output */
+  double last = 0;
+  if (st == SC_OK && c->recompute == SC_SEARCH_RECOMPUTE_FULL && b->last_gemm_flops > 0 &&
+      b->last_gemm >= 0 && b->last_gemm < b->n_gemms)
+    st = block_gemm(x, c, &b->gemms[b->last_gemm], b->last_gemm_flops, &last, d);
+  if (st != SC_OK) return st;
+  t->block_re = c->recompute == SC_SEARCH_RECOMPUTE_FULL        ? t->block_fwd - last
                 : c->recompute == SC_SEARCH_RECOMPUTE_SELECTIVE && !bm->attn_fused
                     ? core + core_mem
                                                                 : 0;
@@ -581,10 +610,12 @@ static sc_status block_times(const ctx *x, const sc_search_cand *c, mb_times *t,
   t->outside_fwd = og + omem + logits * loss_fwd / x->hbm;
   t->outside_bwd = og + og_w + MEM_BACKWARD_FACTOR * omem + logits * loss_bwd / x->hbm;
   t->outside_weight = og_w;
+  t->lookup_bwd =
+      ou->lookup_elems * (LOOKUP_GRAD_B + (c->tp > 1 ? LOOKUP_SLICE_B : 0)) / x->hbm;
   double share = core_share(x, c);
   t->block_fwd *= share, t->block_re *= share, t->outside_fwd *= share;
   t->block_bwd *= share, t->outside_bwd *= share, t->block_gemm *= share;
-  t->block_weight *= share, t->outside_weight *= share;
+  t->block_weight *= share, t->outside_weight *= share, t->lookup_bwd *= share;
   return st;
 }
 
@@ -774,9 +805,13 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
   mb_times t;
   sc_status st = block_times(x, c, &t, d);
   if (st != SC_OK) return st;
-  /* the critical stage: the last (its blocks and the LM head and loss) */
-  double fwd = (double)Ls * t.block_fwd + t.outside_fwd;
-  double bwd = (double)Ls * t.block_bwd + t.outside_bwd;
+  /* the critical stage: of a pipeline's ends the busier a microbatch, the
+   * last (its blocks and the LM head and loss) or the first (its blocks
+   * and the lookups' gradient); without a pipeline one rank has both */
+  bool last = c->pp == 1 || t.outside_fwd + t.outside_bwd >= t.lookup_bwd;
+  bool first = c->pp == 1 || !last;
+  double fwd = (double)Ls * t.block_fwd + (last ? t.outside_fwd : 0);
+  double bwd = (double)Ls * t.block_bwd + (last ? t.outside_bwd : 0) + (first ? t.lookup_bwd : 0);
   double re = (double)Ls * t.block_re;
   double e_stage = stage_params(bm, c, Ls);
   c->compute_s = M * (fwd + bwd);

@@ -109,6 +109,20 @@ static void test_block_model(void **state) {
     listed += e->flops;
   }
   assert_true(listed == 2 * s * 12 * h * h);
+  /* the block's last product, which full recompute does not rerun: the
+   * MLP's down projection, (s, h, 4h) */
+  const sc_block_gemm *last = &bm.block.gemms[bm.block.last_gemm];
+  assert_true(last->n == 1600 && last->k == 6400);
+  assert_true(bm.block.last_gemm_flops == 2 * s * h * 4 * h);
+  /* of the stream's kernels, the two norms' (row kernels), which a
+   * tensor-parallel step runs on the gathered stream: each reads and
+   * writes [seq, hidden] f32 at least */
+  assert_true(bm.block.row_mem_bytes >= 2 * 2 * s * h * 4 &&
+              bm.block.row_mem_bytes < bm.block.whole_mem_bytes);
+  /* the lookups' tables outside the blocks: the token and position
+   * embeddings, [50257, 1600] and [1024, 1600] */
+  assert_true(bm.outside.lookup_elems == (50257.0 + 1024.0) * h);
+  assert_true(bm.block.lookup_elems == 0);
   /* a bf16 step's low kernels are part of the memory-bound bytes */
   assert_true(bm.block.low_mem_bytes > 0 && bm.block.low_mem_bytes < bm.block.mem_bytes);
   model_of_fused(GPT_1P5B, true, &bm, &n);
