@@ -560,17 +560,17 @@ static sc_status block_times(const ctx *x, const sc_search_cand *c, mb_times *t,
     st = gemm(x, b->expert_flops * mbs / (etp ? tp : 1), b->expert_m, en, ek, &rest, d);
   }
   if (st != SC_OK) return st;
-  /* memory-bound kernels: the residual stream's are split over tp between
-   * the products (the compiled step slices the stream after each
-   * product's reduction), its row kernels (the norms) whole on every tp
-   * rank, which gathers the stream for them, unless sequence parallel
-   * splits them too; the rest (heads, the MLP's wide values) are split */
+  /* memory-bound kernels: the residual stream's are whole on every tp rank
+   * unless sequence parallel splits them (a model whose vocabulary tp does
+   * not divide has been seen to keep the stream split between the products
+   * without it too: not modelled, docs/planner.md "The estimate"); the rest
+   * (heads, the MLP's wide values) are split */
   double lo = low_fraction(x);
   double rows_b = (b->row_mem_bytes - lo * b->row_low_mem_bytes) * mbs;
   double whole = (b->whole_mem_bytes - lo * b->whole_low_mem_bytes) * mbs - rows_b;
   double split = (b->mem_bytes - b->whole_mem_bytes -
                   lo * (b->low_mem_bytes - b->whole_low_mem_bytes)) * mbs;
-  double mem = ((c->sequence_parallel ? rows_b / tp : rows_b) + whole / tp) / x->hbm_stream +
+  double mem = (c->sequence_parallel ? (rows_b + whole) / tp : rows_b + whole) / x->hbm_stream +
                split / tp / x->hbm_nodes;
   double core_mem = b->attn_mem_bytes * mbs / tp / x->hbm_nodes;
   t->block_fwd = core + rest + mem;
