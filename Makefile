@@ -33,13 +33,15 @@ test: deps
 	$(MAKE) build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
-# The same suite under AddressSanitizer + UndefinedBehaviorSanitizer.
+# The same suite under AddressSanitizer + UndefinedBehaviorSanitizer, less
+# the fuzz smoke run and the wheel test, which builds and runs its own
+# unsanitized library (docs/testing.md).
 test-asan: deps
 	cmake -S . -B $(BUILD_ASAN) -DCMAKE_BUILD_TYPE=Debug -DSHARDC_SANITIZE=ON $(CMAKE_FLAGS)
 	cmake --build $(BUILD_ASAN) -j $(JOBS)
 	cd $(BUILD_ASAN) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	  bash $(CURDIR)/scripts/ctest-sanitized.sh -j $(JOBS) -E '^fuzz\.'
+	  bash $(CURDIR)/scripts/ctest-sanitized.sh -j $(JOBS) -E '^(fuzz\.|install\.test_wheel$$)'
 
 # The tests of the runtime's threads under ThreadSanitizer (docs/testing.md):
 # communicators over threads, the emulated GPU's streams and thread-ranks,
