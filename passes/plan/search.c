@@ -566,11 +566,10 @@ static sc_status block_times(const ctx *x, const sc_search_cand *c, mb_times *t,
    * without it too: not modelled, docs/planner.md "The estimate"); the rest
    * (heads, the MLP's wide values) are split */
   double lo = low_fraction(x);
-  double rows_b = (b->row_mem_bytes - lo * b->row_low_mem_bytes) * mbs;
-  double whole = (b->whole_mem_bytes - lo * b->whole_low_mem_bytes) * mbs - rows_b;
+  double whole = (b->whole_mem_bytes - lo * b->whole_low_mem_bytes) * mbs;
   double split = (b->mem_bytes - b->whole_mem_bytes -
                   lo * (b->low_mem_bytes - b->whole_low_mem_bytes)) * mbs;
-  double mem = (c->sequence_parallel ? (rows_b + whole) / tp : rows_b + whole) / x->hbm_stream +
+  double mem = (c->sequence_parallel ? whole / tp : whole) / x->hbm_stream +
                split / tp / x->hbm_nodes;
   double core_mem = b->attn_mem_bytes * mbs / tp / x->hbm_nodes;
   t->block_fwd = core + rest + mem;
