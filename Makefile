@@ -42,7 +42,8 @@ test: deps
 # (docs/testing.md).
 ASAN_EXCLUDE ?= ^(fuzz\.|install\.test_wheel$$|models\.test_calibrate$$|gpu\.test_run_all$$|conformance\.test_conformance_(mesh|opsets)_)
 test-asan: deps
-	cmake -S . -B $(BUILD_ASAN) -DCMAKE_BUILD_TYPE=Debug -DSHARDC_SANITIZE=ON $(CMAKE_FLAGS)
+	cmake -S . -B $(BUILD_ASAN) -DCMAKE_BUILD_TYPE=Debug -DSHARDC_SANITIZE=ON \
+	  -DCMAKE_C_FLAGS_DEBUG='-g -O1' -DCMAKE_CXX_FLAGS_DEBUG='-g -O1' $(CMAKE_FLAGS)
 	cmake --build $(BUILD_ASAN) -j $(JOBS)
 	cd $(BUILD_ASAN) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \

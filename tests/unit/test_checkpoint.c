@@ -525,7 +525,7 @@ static void test_failure_keeps_previous(void **state) {
   fixture a, b;
   prepare("p", &a, &b, 6);
   for (int n = 0; n <= 2; n++) { /* after 0, 1 and 2 of the 3 files */
-    char v[8];
+    char v[16];
     snprintf(v, sizeof v, "%d", n);
     setenv("SHARDC_TEST_CKPT_FAIL_AFTER", v, 1);
     sc_diag d;
