@@ -310,6 +310,32 @@ static double vocab_split(const sc_block_model *bm, const sc_search_cand *c) {
   return bm->vocab > 0 && bm->vocab % c->tp == 0 ? (double)c->tp : 1;
 }
 
+/* Whether the compiled step keeps the residual stream split over tp (on
+ * its hidden dim) between the products without sequence parallelism: a
+ * tied embedding whose vocabulary tp does not divide is stored split on
+ * its hidden dim (the LM head's input-gradient product is the pattern
+ * that seeds it, passes/partition/tp.c), so the lookup's output is the
+ * rank's columns and the stream stays so, reduced and sliced after each
+ * row-parallel product and all-gathered for each norm. */
+static bool stream_split(const sc_block_model *bm, const sc_search_cand *c) {
+  if (c->tp < 2 || c->sequence_parallel || vocab_split(bm, c) > 1) return false;
+  for (int32_t i = 0; i < bm->n_tied; i++)
+    if (bm->tied_dims[i][0] == bm->vocab && bm->tied_dims[i][1] == bm->hidden) return true;
+  return false;
+}
+
+/* What tensor parallelism divides the LM head's and the loss's work by:
+ * vocab_split's tp, or, where tp does not divide the vocabulary, tp under
+ * sequence parallelism, which leaves the head's input split on its rows:
+ * the compiled step all-gathers the weight (split on its hidden dim) and
+ * computes the rank's rows against the whole vocabulary (the loss too),
+ * all-gathers the logits' gradient for the input gradient's product and
+ * reduce-scatters the weight's partial gradient (tp_outside); else 1. */
+static double head_split(const sc_block_model *bm, const sc_search_cand *c) {
+  double vs = vocab_split(bm, c);
+  return vs > 1 || !(c->sequence_parallel && c->tp > 1) ? vs : (double)c->tp;
+}
+
 /* tp's collectives in an inference step's blocks into c->tp_s: ops
  * all-reduces of act bytes each (act: one [mbs, seq, hidden] in the dtype
  * it moves in), or with sequence parallelism an all-gather and a
@@ -369,6 +395,44 @@ static sc_status tp_train(const ctx *x, sc_search_cand *c, double blocks, double
   return st;
 }
 
+static double rank_mbs(const ctx *x, const sc_search_cand *c);
+
+/* head_split's collectives over tp (a vocabulary tp does not divide,
+ * sequence parallel), per microbatch, as the compiled step has them. At
+ * the LM head: its weight, split on its hidden dim, all-gathered for the
+ * forward (in the GEMM dtype), and the logits' gradient (every row, the
+ * whole vocabulary) for the input gradient's product; the weight's partial
+ * gradient is reduce-scattered in buckets behind that product and the
+ * blocks' backward (not counted). At the embedding: its output all-gathered
+ * for the first norm, and the table's partial gradient (f32) reduce-
+ * scattered at the end of the microbatch's backward. One rank has both
+ * without a pipeline; with one, the critical rank is taken as the end
+ * whose share is the larger. Measured 2026-12-06 on plan --train's
+ * simulated steps: test_time_estimate.py's shape at vocabulary 65,537,
+ * tp=8 (one rank): 1.85 ms the weight's gather, 4.20 ms the gradient's,
+ * 0.93 ms the embedding output's, the estimate had none of these 10.9 ms;
+ * the GPT-175B plan of bench_planner.py (pp=32, dp=4, tp=8, 1F1B, 384
+ * microbatches): 2.56 s exposed over tp on the first pipeline rank, 0.88
+ * s on the middle ones (4.4 ms a microbatch for the embedding), 1.77 s on
+ * the last. */
+static sc_status tp_head_rows(const ctx *x, sc_search_cand *c, double M, double act,
+                              int64_t n_tp, sc_diag *d) {
+  const sc_block_model *bm = x->bm;
+  double cb = x->o->dtype != SC_CLUSTER_FP32 ? COMM_LOW_B : PARAM_B;
+  double table = (double)bm->vocab * (double)bm->hidden;
+  double rows = rank_mbs(x, c) * (double)bm->seq; /* the microbatch's rows, all ranks' */
+  double head = 0, embed = 0;
+  sc_status st = coll(x, SC_COLL_ALL_GATHER, M * table * cb, c->tp, n_tp, M, &head, d);
+  if (st == SC_OK)
+    st = coll(x, SC_COLL_ALL_GATHER, M * rows * (double)bm->vocab * cb, c->tp, n_tp, M, &head,
+              d);
+  if (st == SC_OK) st = coll(x, SC_COLL_ALL_GATHER, M * act, c->tp, n_tp, M, &embed, d);
+  if (st == SC_OK)
+    st = coll(x, SC_COLL_REDUCE_SCATTER, M * table * PARAM_B, c->tp, n_tp, M, &embed, d);
+  c->tp_s += c->pp > 1 ? (head > embed ? head : embed) : head + embed;
+  return st;
+}
+
 /* tp's collectives outside the blocks into c->tp_s, per microbatch (act:
  * one [mbs, seq, hidden] in the graph's dtype, as the compiled step moves
  * the stream there), with a vocabulary-parallel embedding and LM head:
@@ -385,8 +449,16 @@ static sc_status tp_train(const ctx *x, sc_search_cand *c, double blocks, double
 static sc_status tp_outside(const ctx *x, sc_search_cand *c, double M, double act, int64_t n_tp,
                             sc_diag *d) {
   const sc_block_model *bm = x->bm;
-  if (vocab_split(bm, c) < 2) return SC_OK;
   double first = c->pp == 1 ? 1 : 0; /* the embedding's, on the critical rank */
+  if (vocab_split(bm, c) < 2 && head_split(bm, c) > 1)
+    return tp_head_rows(x, c, M, act, n_tp, d);
+  if (vocab_split(bm, c) < 2) {
+    /* the LM head whole on every rank: its weight, split on the hidden
+     * dim, all-gathered for it (in the GEMM dtype) */
+    double cb = x->o->dtype != SC_CLUSTER_FP32 ? COMM_LOW_B : PARAM_B;
+    double table = (double)bm->vocab * (double)bm->hidden * cb;
+    return coll(x, SC_COLL_ALL_GATHER, M * table, c->tp, n_tp, M, &c->tp_s, d);
+  }
   double reduce = M * (1 + first);
   if (!c->sequence_parallel)
     return coll(x, SC_COLL_ALL_REDUCE, reduce * act, c->tp, n_tp, reduce, &c->tp_s, d);
@@ -397,8 +469,6 @@ static sc_status tp_outside(const ctx *x, sc_search_cand *c, double M, double ac
     st = coll(x, SC_COLL_REDUCE_SCATTER, M * table, c->tp, n_tp, M, &c->tp_s, d);
   return st;
 }
-
-static double rank_mbs(const ctx *x, const sc_search_cand *c);
 
 /* Expert tensor parallelism's collectives over tp into c->tp_s
  * (docs/moe.md): per microbatch, each MoE layer's sum pending over tp
@@ -561,16 +631,18 @@ static sc_status block_times(const ctx *x, const sc_search_cand *c, mb_times *t,
   }
   if (st != SC_OK) return st;
   /* memory-bound kernels: the residual stream's are whole on every tp rank
-   * unless sequence parallel splits them (a model whose vocabulary tp does
-   * not divide has been seen to keep the stream split between the products
-   * without it too: not modelled, docs/planner.md "The estimate"); the rest
-   * (heads, the MLP's wide values) are split */
+   * unless sequence parallel splits them, or but the norms' where the
+   * stream stays split without it (stream_split); the rest (heads, the
+   * MLP's wide values) are split */
   double lo = low_fraction(x);
   double whole = (b->whole_mem_bytes - lo * b->whole_low_mem_bytes) * mbs;
+  double rows_b = (b->row_mem_bytes - lo * b->row_low_mem_bytes) * mbs;
   double split = (b->mem_bytes - b->whole_mem_bytes -
                   lo * (b->low_mem_bytes - b->whole_low_mem_bytes)) * mbs;
-  double mem = (c->sequence_parallel ? whole / tp : whole) / x->hbm_stream +
-               split / tp / x->hbm_nodes;
+  double stream = c->sequence_parallel ? whole / tp
+                  : stream_split(bm, c) ? rows_b + (whole - rows_b) / tp
+                                        : whole;
+  double mem = stream / x->hbm_stream + split / tp / x->hbm_nodes;
   double core_mem = b->attn_mem_bytes * mbs / tp / x->hbm_nodes;
   t->block_fwd = core + rest + mem;
   t->block_bwd = core_bwd + BACKWARD_FACTOR * rest + MEM_BACKWARD_FACTOR * mem;
@@ -589,23 +661,26 @@ static sc_status block_times(const ctx *x, const sc_search_cand *c, mb_times *t,
                                                                 : 0;
   const sc_block_part *ou = &bm->outside;
   double og = 0;
-  /* the LM head's GEMM: vocabulary-parallel over tp */
-  double vs = vocab_split(bm, c);
-  st = gemm(x, ou->gemm_flops * mbs / vs, rows, (int64_t)((double)bm->vocab / vs), h, &og, d);
-  double omem = (ou->mem_bytes - lo * ou->low_mem_bytes) * mbs / vs / x->hbm_nodes;
+  /* the LM head's GEMM: vocabulary-parallel over tp, or over the rank's
+   * rows (head_split) */
+  double vs = vocab_split(bm, c), hs = head_split(bm, c);
+  st = gemm(x, ou->gemm_flops * mbs / hs, (int64_t)((double)rows / (hs / vs)),
+            (int64_t)((double)bm->vocab / vs), h, &og, d);
+  double omem = (ou->mem_bytes - lo * ou->low_mem_bytes) * mbs / hs / x->hbm_nodes;
   /* the loss over the logits' rows (loss_saved_bytes: 4 B a row): the
    * decomposed form (a tensor-parallel step's, or --no-fuse-loss's) over
    * the vocabulary's split, or over the whole vocabulary where tp does
    * not divide it (or is 1) */
-  double logits = bm->loss_saved_bytes / 4 * (double)bm->vocab * mbs / vs;
+  double logits = bm->loss_saved_bytes / 4 * (double)bm->vocab * mbs / hs;
   bool decomposed = c->tp > 1 || bm->loss_split;
-  double loss_fwd = !decomposed ? LOSS_FUSED_FWD_B : vs > 1 ? LOSS_SPLIT_FWD_B : LOSS_WHOLE_FWD_B;
-  double loss_bwd = !decomposed ? LOSS_FUSED_BWD_B : vs > 1 ? LOSS_SPLIT_BWD_B : LOSS_WHOLE_BWD_B;
+  double loss_fwd = !decomposed ? LOSS_FUSED_FWD_B : hs > 1 ? LOSS_SPLIT_FWD_B : LOSS_WHOLE_FWD_B;
+  double loss_bwd = !decomposed ? LOSS_FUSED_BWD_B : hs > 1 ? LOSS_SPLIT_BWD_B : LOSS_WHOLE_BWD_B;
   /* the LM head's weight gradient: of the rank's shard of the weight,
    * which tp splits on its vocabulary or, where tp does not divide that,
    * on its other dim (gathered whole for the forward, whose product and
-   * input gradient are then whole on every tp rank) */
-  double og_w = og * vs / tp;
+   * input gradient are then whole on every tp rank); of the rank's rows
+   * under head_split's sequence parallelism, a partial sum */
+  double og_w = hs > 1 ? og : og / tp;
   t->outside_fwd = og + omem + logits * loss_fwd / x->hbm;
   t->outside_bwd = og + og_w + MEM_BACKWARD_FACTOR * omem + logits * loss_bwd / x->hbm;
   t->outside_weight = og_w;
@@ -911,6 +986,15 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
      * all-gather and a reduce-scatter in place of each */
     st = tp_train(x, c, M * (double)Ls, act_tp, t.block_gemm, n_tp, d);
     if (st == SC_OK) st = tp_outside(x, c, M, act, n_tp, d);
+    if (st == SC_OK && stream_split(bm, c)) {
+      /* the split stream all-gathered (in the graph's dtype) for each
+       * norm, two a block (again under full recompute), the final one, and
+       * once in the backward: 11 all-gathers a step on test_time_
+       * estimate.py's 4 blocks at vocabulary 65,537, tp=8, the LM head's
+       * weight the eleventh */
+      double n = M * ((double)Ls * 2 * (c->recompute == SC_SEARCH_RECOMPUTE_FULL ? 2 : 1) + 2);
+      st = coll(x, SC_COLL_ALL_GATHER, n * act, c->tp, n_tp, n, &c->tp_s, d);
+    }
     if (st == SC_OK && c->expert_tensor_parallel)
       st = tp_experts(x, c, M, Ls, act_tp, cb < gb ? cb / gb : 1, n_tp, d);
     if (st != SC_OK) return st;
