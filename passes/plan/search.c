@@ -310,6 +310,12 @@ static double vocab_split(const sc_block_model *bm, const sc_search_cand *c) {
   return bm->vocab > 0 && bm->vocab % c->tp == 0 ? (double)c->tp : 1;
 }
 
+/* The bytes a GEMM product's or GEMM weight's element moves in over the
+ * step's collectives (COMM_LOW_B). */
+static double gemm_comm_b(const ctx *x) {
+  return x->o->dtype != SC_CLUSTER_FP32 ? COMM_LOW_B : PARAM_B;
+}
+
 /* Whether the compiled step keeps the residual stream split over tp (on
  * its hidden dim) between the products without sequence parallelism: a
  * tied embedding whose vocabulary tp does not divide is stored split on
@@ -418,7 +424,7 @@ static double rank_mbs(const ctx *x, const sc_search_cand *c);
 static sc_status tp_head_rows(const ctx *x, sc_search_cand *c, double M, double act,
                               int64_t n_tp, sc_diag *d) {
   const sc_block_model *bm = x->bm;
-  double cb = x->o->dtype != SC_CLUSTER_FP32 ? COMM_LOW_B : PARAM_B;
+  double cb = gemm_comm_b(x);
   double table = (double)bm->vocab * (double)bm->hidden;
   double rows = rank_mbs(x, c) * (double)bm->seq; /* the microbatch's rows, all ranks' */
   double head = 0, embed = 0;
@@ -449,16 +455,14 @@ static sc_status tp_head_rows(const ctx *x, sc_search_cand *c, double M, double 
 static sc_status tp_outside(const ctx *x, sc_search_cand *c, double M, double act, int64_t n_tp,
                             sc_diag *d) {
   const sc_block_model *bm = x->bm;
-  double first = c->pp == 1 ? 1 : 0; /* the embedding's, on the critical rank */
-  if (vocab_split(bm, c) < 2 && head_split(bm, c) > 1)
-    return tp_head_rows(x, c, M, act, n_tp, d);
   if (vocab_split(bm, c) < 2) {
+    if (head_split(bm, c) > 1) return tp_head_rows(x, c, M, act, n_tp, d);
     /* the LM head whole on every rank: its weight, split on the hidden
      * dim, all-gathered for it (in the GEMM dtype) */
-    double cb = x->o->dtype != SC_CLUSTER_FP32 ? COMM_LOW_B : PARAM_B;
-    double table = (double)bm->vocab * (double)bm->hidden * cb;
+    double table = (double)bm->vocab * (double)bm->hidden * gemm_comm_b(x);
     return coll(x, SC_COLL_ALL_GATHER, M * table, c->tp, n_tp, M, &c->tp_s, d);
   }
+  double first = c->pp == 1 ? 1 : 0; /* the embedding's, on the critical rank */
   double reduce = M * (1 + first);
   if (!c->sequence_parallel)
     return coll(x, SC_COLL_ALL_REDUCE, reduce * act, c->tp, n_tp, reduce, &c->tp_s, d);
@@ -976,7 +980,7 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
    * reductions of [mbs, seq, hidden] and the GEMM weights' gathers in it
    * (and their data-parallel gradient reductions under --reduce-dtype
    * bf16: rbytes); the rest in the graph's */
-  double cb = x->o->dtype != SC_CLUSTER_FP32 ? COMM_LOW_B : PARAM_B;
+  double cb = gemm_comm_b(x);
   double gb = (double)(bm->param_bytes > 0 ? bm->param_bytes : PARAM_B);
   double act_tp = cb < gb ? act * cb / gb : act;
   c->tp_s = c->fsdp_s = c->dp_s = c->pp_s = c->cp_s = c->ep_s = 0;
