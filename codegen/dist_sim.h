@@ -47,8 +47,9 @@
  *
  * Every advance of a rank's clock is attributed to exactly one term, so
  * compute + recompute + optimizer + exposed communication + bubble +
- * exposed copies = the rank's finish: computation to compute (forward and backward), recompute
- * (a step every node of which is a "<name>/recompute" clone,
+ * exposed copies = the rank's finish: computation to compute (forward and
+ * backward; a pipelined step's prepare pieces too), recompute (a step
+ * every node of which is a "<name>/recompute" clone,
  * passes/recompute.c) or optimizer (a pipelined step's NORM and UPDATE
  * pieces; in one training program the steps that only the updated state
  * "new:X", "train:grad_norm" and "train:applied" need); a wait for a

@@ -74,11 +74,12 @@ sc_status sc_pipe_schedule(sc_schedule_kind kind, int32_t P, int32_t V, int32_t 
    * for its last B and ends the step later. */
   int32_t hold = kind == SC_SCHEDULE_ZB_H1 ? r : 0, *held = NULL, n_held = 0;
   if (hold > 0 && !(held = sc_malloc((size_t)M * sizeof *held))) return nomem(d);
-  if (kind == SC_SCHEDULE_GPIPE) {
+  for (int32_t v = 0; ok && v < V; v++) ok = push(&l, SC_PIPE_PREPARE, v * P + r, -1);
+  if (ok && kind == SC_SCHEDULE_GPIPE) {
     for (int32_t m = 0; ok && m < M; m++) ok = push(&l, SC_PIPE_FORWARD, r, m);
     for (int32_t m = 0; ok && m < M; m++)
       ok = push(&l, SC_PIPE_BACKWARD, r, m) && push(&l, SC_PIPE_WEIGHT, r, m);
-  } else {
+  } else if (ok) {
     int32_t total = M * V;
     int32_t warm = kind != SC_SCHEDULE_INTERLEAVED ? P - r - 1 : (P - r - 1) * 2 + (V - 1) * P;
     if (warm > total) warm = total;
@@ -128,7 +129,7 @@ int32_t sc_pipe_peak_stash(const sc_pipe_action *a, int32_t n) {
 }
 
 const char *sc_pipe_action_name(const sc_pipe_action *a, char *buf, size_t size) {
-  static const char letter[] = "FBWNU";
+  static const char letter[] = "PFBWNU";
   int ph = a->phase >= 0 && a->phase < SC_PIPE_PHASES ? a->phase : 0;
   if (a->mb >= 0) snprintf(buf, size, "%c%d.%d", letter[ph], (int)a->chunk, (int)a->mb);
   else snprintf(buf, size, "%c%d", letter[ph], (int)a->chunk);
@@ -180,6 +181,9 @@ sc_status sc_pipe_deps_chain(int32_t C, sc_pipe_deps *out, sc_diag *d) {
     int32_t f = sc_pipe_piece(C, SC_PIPE_FORWARD, c), b = sc_pipe_piece(C, SC_PIPE_BACKWARD, c);
     int32_t w = sc_pipe_piece(C, SC_PIPE_WEIGHT, c);
     int32_t nn = sc_pipe_piece(C, SC_PIPE_NORM, c), u = sc_pipe_piece(C, SC_PIPE_UPDATE, c);
+    int32_t pr = sc_pipe_piece(C, SC_PIPE_PREPARE, c);
+    add_dep(out, f, pr);
+    add_dep(out, b, pr);
     if (c > 0) add_dep(out, f, sc_pipe_piece(C, SC_PIPE_FORWARD, c - 1));
     add_dep(out, b, f);
     if (c + 1 < C) add_dep(out, b, sc_pipe_piece(C, SC_PIPE_BACKWARD, c + 1));
@@ -389,14 +393,16 @@ static sc_status handoffs_of(const sc_dist_program *dp, sc_pipe_handoffs *t, con
       if (sc_pipe_reads_state(dp, s, src, name)) continue;
       int32_t h = add_handoff(t, dp, src, j, d);
       if (h < 0) return d->status;
-      if (!t->h[h].per_mb && per_mb(t->C, s) && !per_mb(t->C, t->h[h].piece))
+      if (!t->h[h].per_mb && per_mb(t->C, s) && !per_mb(t->C, t->h[h].piece) &&
+          sc_pipe_piece_phase(t->C, t->h[h].piece) != SC_PIPE_PREPARE)
         return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
                            "piece %d reads '%s', made once per step, in every microbatch",
                            (int)s, name);
       t->input_handoff[s][i] = h;
       int32_t q = sc_pipe_piece_chunk(t->C, s) % t->P;
       if (t->h[h].per_mb) t->h[h].mb_readers[q] += per_mb(t->C, s);
-      /* once per step: a state copy is read from slot 0 in every microbatch */
+      /* once per step: a prepare piece's value or a state copy is read from
+       * slot 0 in every microbatch */
       t->h[h].step_readers[q] += t->h[h].per_mb ? !per_mb(t->C, s) : per_mb(t->C, s) ? t->M : 1;
     }
   }

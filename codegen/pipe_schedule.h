@@ -4,13 +4,15 @@
  * --schedule-table`) and a deadlock check verifies.
  *
  * An action runs one piece (ir/pipe.h) of one chunk for one microbatch:
- * FORWARD and BACKWARD once per microbatch, NORM and UPDATE once per step
- * (mb = -1). Handing values over between pieces is implied: a piece
- * receives what it reads from another pipeline rank before it runs (a
- * blocking receive) and sends what another rank reads right after (a
- * buffered send that never blocks); values between pieces of one rank stay
- * there (the stash). With P pipeline ranks, V chunks per rank (C = P·V)
- * and M microbatches, rank r runs chunks r, r+P, ..., and:
+ * FORWARD, BACKWARD and WEIGHT once per microbatch, PREPARE, NORM and
+ * UPDATE once per step (mb = -1). Handing values over between pieces is
+ * implied: a piece receives what it reads from another pipeline rank
+ * before it runs (a blocking receive) and sends what another rank reads
+ * right after (a buffered send that never blocks); values between pieces
+ * of one rank stay there (the stash). With P pipeline ranks, V chunks per rank (C = P·V)
+ * and M microbatches, rank r runs chunks r, r+P, ..., first every chunk's
+ * PREPARE (chunks ascending: a copy of a parameter another rank reads is
+ * made in its owner's first action), and then:
  *   gpipe        F(0..M-1), then B(0..M-1) (V = 1);
  *   1f1b         min(P-r-1, M) warm-up forwards, then one forward and one
  *                backward alternately, then the remaining backwards
@@ -39,7 +41,7 @@
 typedef struct sc_pipe_action {
   int8_t phase;   /* sc_pipe_phase */
   int32_t chunk;
-  int32_t mb;     /* microbatch; -1 for NORM and UPDATE */
+  int32_t mb;     /* microbatch; -1 for PREPARE, NORM and UPDATE */
 } sc_pipe_action;
 
 /* Rank r's action list (*out: sc_malloc'd, *n actions). Errors: an
@@ -52,7 +54,7 @@ sc_status sc_pipe_schedule(sc_schedule_kind kind, int32_t P, int32_t V, int32_t 
 int32_t sc_pipe_peak_stash(const sc_pipe_action *a, int32_t n);
 
 /* Which pieces each piece reads from: deps[piece] lists pieces (in
- * [0, 4C)), n_deps[piece] of them. */
+ * [0, SC_PIPE_PHASES·C)), n_deps[piece] of them. */
 typedef struct sc_pipe_deps {
   int32_t n_pieces;
   int32_t *n_deps;
@@ -61,7 +63,8 @@ typedef struct sc_pipe_deps {
 /* From a pipelined program: piece s reads from piece t when one of its
  * inputs is t's handoff (sc_dist_handoff_source). */
 sc_status sc_pipe_deps_of(const sc_dist_program *dp, sc_pipe_deps *out, sc_diag *d);
-/* The chain every pipelined transformer has: F_c reads F_{c-1}; B_c reads
+/* The chain every pipelined transformer has: F_c and B_c read P_c (the
+ * weights' casts); F_c reads F_{c-1}; B_c reads
  * F_c and B_{c+1} (B_{C-1} reads F_{C-1}); W_c reads F_c and B_c; N_c
  * reads W_c; U_c reads N_c, U_0 every N_c (the chunks' sums of squares:
  * passes/partition/pipe_train.c) and U_c U_0 (the step's decision) (tests
@@ -89,8 +92,9 @@ typedef struct sc_pipe_handoff {
   sc_dtype dtype;
   int64_t bytes;           /* one microbatch's */
   bool per_mb;             /* made per microbatch; false for a value made
-                              once per step, and for a state copy
-                              (sc_pipe_is_state_copy: the same in every
+                              once per step (a prepare piece's, which every
+                              microbatch reads from slot 0), and for a state
+                              copy (sc_pipe_is_state_copy: the same in every
                               microbatch), which the producer hands over in
                               microbatch 0 and every microbatch reads */
   int32_t *mb_readers;     /* [P] */
@@ -116,8 +120,8 @@ typedef struct sc_pipe_handoffs {
  * in the stash would only double it. Such an input is no handoff
  * (input_handoff -1); the runtime binds it to X. */
 bool sc_pipe_reads_state(const sc_dist_program *dp, int32_t s, int32_t src, const char *name);
-/* Errors: an input of no source, a once-per-step value read per
- * microbatch (SC_ERR_INVALID). */
+/* Errors: an input of no source, a value a norm or update piece makes
+ * read per microbatch (SC_ERR_INVALID). */
 sc_status sc_pipe_handoffs_of(const sc_dist_program *dp, sc_pipe_handoffs *out, sc_diag *d);
 void sc_pipe_handoffs_free(sc_pipe_handoffs *t);
 /* The handoff of (piece, output), or -1. */

@@ -7,8 +7,14 @@
  * C = P·V chunks (consecutive runs of the forward); chunk c lives on pipeline
  * rank c mod P (Megatron's interleaving; V = 1: chunk c is rank c). Every
  * node of the step is in one piece (phase, chunk):
- *   FORWARD   the chunk's forward nodes (the loss in the last chunk), once
- *             per microbatch;
+ *   PREPARE   the chunk's forward nodes that read only parameters (and
+ *             constants, and each other): the products' low-precision
+ *             copies of the weights, the copy of a parameter another
+ *             pipeline rank reads; once per step, before the chunk's first
+ *             forward (the parameters change only in the update), its
+ *             values kept for the step's forwards and backwards;
+ *   FORWARD   the chunk's other forward nodes (the loss in the last chunk),
+ *             once per microbatch;
  *   BACKWARD  the backward nodes a lower chunk's backward needs: the input
  *             gradients (and what they read: recomputed forward nodes),
  *             once per microbatch; in a chunk that recomputes, all of its
@@ -27,8 +33,9 @@
  *             updates of that rank (the same operations on the same
  *             inputs: the same bits; passes/partition/pipe_train.c).
  * Pieces are numbered so that every value flows from a smaller to a larger
- * (or the same) piece: F_0 .. F_{C-1}, B_{C-1} .. B_0, W_{C-1} .. W_0,
- * N_0 .. N_{C-1}, U_0 .. U_{C-1}: SC_PIPE_PHASES · C pieces. */
+ * (or the same) piece: P_0 .. P_{C-1}, F_0 .. F_{C-1}, B_{C-1} .. B_0,
+ * W_{C-1} .. W_0, N_0 .. N_{C-1}, U_0 .. U_{C-1}: SC_PIPE_PHASES · C
+ * pieces. */
 #ifndef SC_IR_PIPE_H
 #define SC_IR_PIPE_H
 
@@ -38,6 +45,7 @@
 #include <string.h>
 
 typedef enum sc_pipe_phase {
+  SC_PIPE_PREPARE,
   SC_PIPE_FORWARD,
   SC_PIPE_BACKWARD,
   SC_PIPE_WEIGHT,
@@ -65,10 +73,11 @@ static inline int32_t sc_pipe_piece_chunk(int32_t chunks, int32_t piece) {
   return sc_pipe_reversed((sc_pipe_phase)(piece / chunks)) ? chunks - 1 - r : r;
 }
 /* A state input X read on another pipeline rank than its owner's is read
- * there through "X" SC_PIPE_COPY_SUFFIX, a copy the owner's forward piece
- * makes (passes/partition/pipe_train.c). Its value is the same in every
- * microbatch of a step (state changes only in the update), so it is handed
- * over once per step. */
+ * there through "X" SC_PIPE_COPY_SUFFIX, a copy the owner makes
+ * (passes/partition/pipe_train.c): in its prepare piece for a parameter,
+ * else in its forward piece. Its value is the same in every microbatch of a
+ * step (state changes only in the update), so it is handed over once per
+ * step. */
 #define SC_PIPE_COPY_SUFFIX ".pipe_copy"
 static inline bool sc_pipe_is_state_copy(const char *name) {
   size_t n = name ? strlen(name) : 0, k = sizeof SC_PIPE_COPY_SUFFIX - 1;
@@ -76,7 +85,7 @@ static inline bool sc_pipe_is_state_copy(const char *name) {
 }
 
 static inline const char *sc_pipe_phase_name(sc_pipe_phase ph) {
-  static const char *const names[] = {"forward", "backward", "weight", "norm", "update"};
+  static const char *const names[] = {"prepare", "forward", "backward", "weight", "norm", "update"};
   return ph >= 0 && ph < SC_PIPE_PHASES ? names[ph] : "?";
 }
 

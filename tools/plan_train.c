@@ -146,7 +146,7 @@ static int print_plan_json(const sc_build *b, const char *file) {
  * its last microbatch, a state copy by its first). */
 static void print_table(const sc_dist_program *dp, const sc_pipe_row *rows) {
   int32_t P = dp->pipe_ranks;
-  printf("\nschedule (F forward, B backward, W weight gradients, N norm, U update; "
+  printf("\nschedule (P prepare, F forward, B backward, W weight gradients, N norm, U update; "
          "chunk.microbatch; <r receives "
          "from, >r sends to pipeline rank r):\n");
   for (int32_t q = 0; q < P; q++) {
@@ -289,15 +289,15 @@ static int pipe_report(const sc_build *b, const sc_train_opts *t, bool json, boo
            (long long)(r->arena + r->state + r->kept), (int)r->stashed, (int)r->formula,
            (long long)r->p2p, (long long)r->coll);
   }
-  printf("  arena: one, shared by its pieces (forward, backward, norm, update of each "
-         "chunk): the largest\n  piece's, as they run in turn and keep nothing in it; "
-         "state: parameters, optimizer\n  state and accumulators it keeps; stash peak: the "
-         "most bytes of values handed over\n  per microbatch kept at once (forward to "
-         "backward, across chunks); step values: that of\n  values kept once a step (state "
-         "copies, the norm's and the update's inputs); total: with\n  the most of both kept "
-         "at once; stashed: the most microbatches whose forward ran and\n  backward has not "
-         "(formula: %s);\n  sent: bytes per step to other pipeline ranks, and in "
-         "collectives\n",
+  printf("  arena: one, shared by its pieces (prepare, forward, backward, weight, norm,\n"
+         "  update of each chunk): the largest piece's, as they run in turn and keep\n"
+         "  nothing in it; state: parameters, optimizer state and accumulators it keeps;\n"
+         "  stash peak: the most bytes of values handed over per microbatch kept at once\n"
+         "  (forward to backward, across chunks); step values: that of values kept once a\n"
+         "  step (the weights' casts, state copies, the norm's and the update's inputs);\n"
+         "  total: with the most of both kept at once; stashed: the most microbatches\n"
+         "  whose forward ran and backward has not (formula: %s);\n"
+         "  sent: bytes per step to other pipeline ranks, and in collectives\n",
          dp->schedule.kind == SC_SCHEDULE_GPIPE         ? "GPipe M"
          : dp->schedule.kind == SC_SCHEDULE_INTERLEAVED ? "interleaved min((P-rank-1)·2 + (V-1)·P + 1, M·V)"
                                                         : "1F1B and ZB-H1 min(P - rank, M)");

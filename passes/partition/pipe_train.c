@@ -2,7 +2,9 @@
  * ir/pipe.h): which phase and chunk every node of the global step is in.
  *
  * Phases, from the step's outputs (passes/train.h names them):
- *   FORWARD   ancestors of the output "loss";
+ *   FORWARD   ancestors of the output "loss", less those of PREPARE;
+ *   PREPARE   forward nodes that read only parameters, constants and
+ *             each other (prepare_phase): once per step;
  *   BACKWARD  the other ancestors of the gradients "grad:P" and of the
  *             accumulators "new:accum:P" that a lower chunk's backward
  *             needs (the input gradients: see weight_phase), and all of
@@ -55,8 +57,10 @@
  *             (clone_shared_per_rank), which its updates read.
  * A state input read on another pipeline rank than its owner's (a tied
  * embedding read by the LM head) is read there through an Identity in the
- * owner's forward piece: the owner sends the current value each
- * microbatch, and the gradient of the copy flows back to the owner.
+ * owner's prepare piece: the owner sends the current value once a step,
+ * and the gradient of the copy flows back to the owner.
+ * The prepare nodes keep the chunk the forward's cut gave them (their
+ * cost weighs in the balance as if they ran per microbatch).
  *
  * Finally every value must flow from a piece to the same or a later one
  * (an error naming the node otherwise), and the nodes are reordered by
@@ -915,6 +919,56 @@ static sc_status weight_phase(pipe_ctx *c) {
   return SC_OK;
 }
 
+/* Whether value v is the same in every microbatch of a step, as far as a
+ * forward node reading it can tell: a constant, a parameter (a state input
+ * the optimizer updates, not its optimizer state or accumulator: those are
+ * read-modify-write), or a prepare node's output. */
+static bool step_constant(const pipe_ctx *c, int32_t v) {
+  const sc_graph *g = c->g;
+  const sc_value *x = &g->values[v];
+  if (x->flags & SC_VALUE_CONST) return true;
+  if (x->producer >= 0) return c->phase[x->producer] == SC_PIPE_PREPARE;
+  if (c->owner[v] < 0 || !x->name) return false;
+  const char *param = sc_partition_param_of(c->p, x->name);
+  return param && strcmp(param, x->name) == 0;
+}
+
+/* The prepare phase: forward nodes whose inputs are all step constants and
+ * at least one of them a parameter or a prepare node's output (the
+ * weights' casts to the products' precision, a remote reader's copy of a
+ * parameter, views of them), that write no output of the step and draw no
+ * random numbers. Their values are the same in every microbatch: computed
+ * once per step in the chunk's prepare piece instead of in each forward,
+ * and kept once for the step instead of in the stash of every microbatch
+ * in flight (the backward's products read the same casts). Marked to a
+ * fixed point: copy_remote_state appends its copies after their readers. */
+static void prepare_phase(pipe_ctx *c) {
+  sc_graph *g = c->g;
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (int32_t i = 0; i < g->n_nodes; i++) {
+      const sc_node *n = &g->nodes[i];
+      if (c->phase[i] != SC_PIPE_FORWARD || (n->flags & SC_NODE_DEAD) || n->n_inputs < 1 ||
+          n->op == SC_OP_DROPOUT ||
+          ((unsigned)n->op < SC_OP_COUNT && (sc_ops[n->op].flags & SC_OPF_SIDE_EFFECT)))
+        continue;
+      bool ok = true, varies = false;
+      for (int32_t j = 0; j < n->n_inputs && ok; j++) {
+        int32_t v = n->inputs[j];
+        if (v < 0) continue;
+        ok = step_constant(c, v);
+        varies |= !(g->values[v].flags & SC_VALUE_CONST);
+      }
+      for (int32_t j = 0; j < n->n_outputs && ok; j++)
+        ok = n->outputs[j] < 0 || !(g->values[n->outputs[j]].flags & SC_VALUE_OUTPUT);
+      if (ok && varies) {
+        c->phase[i] = SC_PIPE_PREPARE;
+        changed = true;
+      }
+    }
+  }
+}
+
 sc_status sc_partition_pipe_pieces(sc_partition *p, const sc_plan *plan, sc_diag *d) {
   sc_graph *g = p->global;
   pipe_ctx c = {.p = p, .g = g, .P = p->n_stages, .C = p->n_chunks, .d = d};
@@ -931,6 +985,7 @@ sc_status sc_partition_pipe_pieces(sc_partition *p, const sc_plan *plan, sc_diag
   if (st == SC_OK) st = copy_remote_state(&c);
   if (st == SC_OK) st = accumulate_remote_grads(&c);
   if (st == SC_OK) st = weight_phase(&c);
+  if (st == SC_OK) prepare_phase(&c);
   int32_t n = g->n_nodes, pieces = SC_PIPE_PHASES * c.C;
   if (st == SC_OK && !(key = sc_malloc(((size_t)n + 1) * sizeof *key))) st = nomem(d);
   for (int32_t i = 0; st == SC_OK && i < n; i++)

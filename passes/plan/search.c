@@ -918,7 +918,11 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
   c->optimizer_s *= core_share(x, c);
   e_pass *= core_share(x, c);
   e_cast *= core_share(x, c);
-  c->compute_s += M * e_pass;
+  /* a pipelined step casts once, in each chunk's prepare piece before its
+   * first forward (ir/pipe.h): gpt_1p5b at pp=8, dp=2, 1F1B, M=32 spent
+   * 436 us a microbatch in its first rank's casts (21.6 of its 63.6 ms of
+   * compute with the tied embedding's copy) when each forward cast */
+  c->compute_s += c->pp > 1 ? M * (e_pass - e_cast) + e_cast : M * e_pass;
   c->bubble_s = 0;
   double slots = 0; /* hand-off chain times the critical rank idles */
   if (c->pp > 1) {
@@ -949,10 +953,9 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
      * compute against a middle rank's 17.9 ms simulated) */
     slots = (double)(c->pp - 1) / (V > 1 ? V : 1);
     double e_out = (double)bm->outside.params / (double)c->tp * core_share(x, c);
-    double cast_out = x->o->dtype != SC_CLUSTER_FP32 ? e_out * CAST_B / x->hbm : 0;
     double accum_out = e_out * ACCUM_B / x->hbm;
     double w = (double)Ls * t.block_weight, accum = e_pass - e_cast - accum_out;
-    double chain = (double)Ls * (t.block_fwd + t.block_bwd) + re + e_pass - cast_out - accum_out;
+    double chain = (double)Ls * (t.block_fwd + t.block_bwd) + re + accum;
     if (c->recompute != SC_SEARCH_RECOMPUTE_FULL) {
       chain -= w + accum;
       if (strcmp(c->schedule, "zb-h1") == 0) {
@@ -1425,12 +1428,17 @@ static double one_memory(const ctx *x, const sc_search_cand *c, double s) {
  *     which reduce-scatter it whole; PIPE_GRAD_B / fsdp under ZeRO-3), one
  *     block's values;
  *   forward piece: the chunk's parameters (their shard under ZeRO-3), its
- *     weights' casts, one microbatch's stash, one block's values.
+ *     weights' casts in an fp32 step (the gathered weights under ZeRO-3),
+ *     one microbatch's stash, one block's values;
+ *   prepare piece (mixed precision): the chunk's parameters and their
+ *     casts, made once a step.
  * Kept: the larger (they are not held together: the step's values are
  * made after the last backward) of the stash, the microbatches in flight
- * times the stage's kept values and weights' casts (the LM head's values
- * on the last rank), and the step's values, PIPE_STEP_B a parameter
- * element (sharded with the gradient under ZeRO-2/3). */
+ * times the stage's kept values (the LM head's values on the last rank)
+ * and the stage's weights' casts once (per microbatch in flight where the
+ * forward hands them over: fp32 under ZeRO-3), and the step's values,
+ * PIPE_STEP_B a parameter element (sharded with the gradient under
+ * ZeRO-2/3). */
 static double pipe_memory(const ctx *x, const sc_search_cand *c, int64_t q, double s) {
   const sc_block_model *bm = x->bm;
   const sc_block_part *b = &bm->block;
@@ -1445,9 +1453,9 @@ static double pipe_memory(const ctx *x, const sc_search_cand *c, int64_t q, doub
   double blk_e = stage_params(bm, c, 1) - (double)bm->outside.params / tp;
   double blk_split = (double)b->split_params / tp;
   double e = (double)Ls * blk_e + out_e, e_c = (double)Lc * blk_e + out_e;
-  /* the weights handed from the forward to the backward per microbatch:
-   * their casts (whole, also under ZeRO-3: the gathered weights'), or the
-   * gathered fp32 weights under ZeRO-3 */
+  /* the weights the backward reads from the forward: their casts (whole,
+   * also under ZeRO-3: the gathered weights', made once a step), or the
+   * gathered fp32 weights under ZeRO-3, handed over per microbatch */
   double wb = x->o->dtype != SC_CLUSTER_FP32 ? CAST_KEEP_B : c->zero >= 3 ? PARAM_B : 0;
   double casts = ((double)Ls * blk_split + out_split) * wb;
   double casts_c = ((double)Lc * blk_split + out_split) * wb;
@@ -1462,11 +1470,18 @@ static double pipe_memory(const ctx *x, const sc_search_cand *c, int64_t q, doub
   double state = state_bytes(x, c, e, stage_expert_params(bm, c, Ls)) + e * PIPE_STATE_EXTRA_B;
   double update = state_bytes(x, c, e_c, stage_expert_params(bm, c, Lc)) + e_c * PIPE_UPDATE_B;
   double grad_b = c->zero >= 3 ? PIPE_GRAD_B / f : c->zero >= 1 ? PIPE_GRAD_Z12_B : PIPE_GRAD_B;
-  double backward = stash_mb_c + casts_c + e_c * grad_b + work;
-  double forward = e_c * (c->zero >= 3 ? PARAM_B / f : PARAM_B) + casts_c + stash_mb_c + work;
+  /* the casts are made once a step, in the prepare piece, and kept for
+   * the step's forwards and backwards, outside the other pieces' arena */
+  bool prep = x->o->dtype != SC_CLUSTER_FP32;
+  double params_c = e_c * (c->zero >= 3 ? PARAM_B / f : PARAM_B);
+  double backward = stash_mb_c + (prep ? 0 : casts_c) + e_c * grad_b + work;
+  double forward = params_c + (prep ? 0 : casts_c) + stash_mb_c + work;
+  double prepare = prep ? params_c + casts_c : 0;
   double arena = update > backward ? update : backward;
   if (forward > arena) arena = forward;
-  double in_flight = in_flight_of(c, q), stash = in_flight * (stash_mb + casts);
+  if (prepare > arena) arena = prepare;
+  double in_flight = in_flight_of(c, q);
+  double stash = in_flight * (stash_mb + (prep ? 0 : casts)) + (prep ? casts : 0);
   if (c->offload_activations) {
     /* offloaded (the blocks' stash; without full recompute the LM head's
      * too): on the device only for the microbatches brought back */

@@ -430,10 +430,12 @@ def main():
         p = subprocess.run([SHARDC, "plan", model, "--dim", "batch=4", "--train",
                             "--schedule-table", "--mesh", "pp=2", "--microbatches", "4",
                             "--schedule", "1f1b"], capture_output=True, text=True, timeout=300)
-        check(p.returncode == 0 and "rank 0: F0.0>1 F0.1>1 B0.0 W0.0<1 F0.2>1" in p.stdout and
-              "rank 1: F1.0<0 B1.0>0 W1.0 F1.1<0" in p.stdout, f"schedule table: {p.stdout[-600:]}")
+        check(p.returncode == 0 and "rank 0: P0>1 F0.0>1 F0.1>1 B0.0 W0.0<1 F0.2>1" in p.stdout and
+              "rank 1: P1 F1.0<0 B1.0>0 W1.0 F1.1<0" in p.stdout, f"schedule table: {p.stdout[-600:]}")
         # the tied embedding crosses once per step: its copy in the first
-        # microbatch's forward, the LM head's gradient after the last one
+        # rank's prepare piece (P0, before any forward; the last rank's
+        # first forward receives it), the LM head's gradient after the last
+        # microbatch
         # (N0 receives it); N1 receives nothing (its sums of squares go to
         # each rank's update piece, which combines them itself: N0 sends
         # its own to U1, and U0 sends nothing)

@@ -303,7 +303,8 @@ static void test_terms(void **state) {
 /* A pipelined training step by hand: C = P·V chunks; F_c reads a<c> (the
  * model's input x for c = 0) and makes a<c+1>; B_c reads a<C> (c = C-1)
  * or g<c+1> and makes g<c> (c > 0) and w<c>; W_c reads w<c>; each runs one
- * bf16 1024^3 GEMM of batch[phase] (0: none); N and U pieces are empty. */
+ * bf16 1024^3 GEMM of batch[phase - FORWARD] (0: none); the prepare, norm and
+ * update pieces are empty. */
 static sc_dist_program *pipeline(sc_cluster *c, sc_schedule_kind kind, int32_t P, int32_t V,
                                  int32_t M, const int64_t batch[3]) {
   sc_diag d = {0};
@@ -349,7 +350,8 @@ static sc_dist_program *pipeline(sc_cluster *c, sc_schedule_kind kind, int32_t P
     int32_t a = add_buffer(p, "A", SC_DTYPE_BF16, mm), b = add_buffer(p, "B", SC_DTYPE_BF16, mm),
             cc = add_buffer(p, "C", SC_DTYPE_BF16, mm);
     assert_int_equal(sc_program_add_input(p, x), SC_OK);
-    if (batch[ph]) add_gemm(p, a, b, cc, batch[ph], "piece");
+    int64_t n = batch[ph - SC_PIPE_FORWARD];
+    if (n) add_gemm(p, a, b, cc, n, "piece");
     const char *outs[2] = {out1, out2};
     for (int i = 0; i < 2; i++)
       if (outs[i][0]) {

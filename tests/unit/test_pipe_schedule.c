@@ -4,7 +4,7 @@
  * For P = 1..8 pipeline ranks and M = 1..32 microbatches: GPipe, 1F1B and
  * ZB-H1 (and interleaved 1F1B with V = 2 and 3 chunks per rank, M a
  * multiple of P) give every rank a list that holds each of its actions
- * (forward, backward, weight per microbatch; norm, update) once, runs to
+ * (forward, backward, weight per microbatch; prepare first, norm, update) once, runs to
  * its end under the runtime's rules on the dependencies of a pipelined
  * transformer (sc_pipe_deps_chain), and stashes at most the schedule's
  * formula of microbatches at once (GPipe M, 1F1B min(P - r, M),
@@ -17,7 +17,7 @@
  * order, microbatches in groups of P) for P = 2..8, V = 2..4, M = 2P..4P
  * (at M = P Megatron runs every forward first; these lists keep the
  * warm-up formula). Broken lists are refused with the reason: a backward before
- * its forward on one rank, an action missing, one run twice, one on the
+ * its forward on one rank, a forward before its chunk's prepare, an action missing, one run twice, one on the
  * wrong rank, and a cycle between two ranks (each waits for the other's
  * later action), named in the message. Bad arguments: an interleaved
  * schedule with M not a multiple of P or with V = 1, V > 1 with 1F1B. */
@@ -40,8 +40,12 @@ static sc_status schedule_all(sc_schedule_kind k, int32_t P, int32_t V, int32_t 
                               sc_pipe_action **lists, int32_t *n) {
   for (int32_t r = 0; r < P; r++) {
     assert_int_equal(sc_pipe_schedule(k, P, V, M, r, &lists[r], &n[r], d), SC_OK);
-    int32_t want = 3 * M * V + 2 * V; /* F, B, W of each chunk and microbatch; N, U */
+    /* F, B, W of each chunk and microbatch; P (first), N, U */
+    int32_t want = 3 * M * V + 3 * V;
     assert_int_equal(n[r], want);
+    for (int32_t v = 0; v < V; v++)
+      assert_true(lists[r][v].phase == SC_PIPE_PREPARE && lists[r][v].chunk == v * P + r &&
+                  lists[r][v].mb == -1);
     int32_t peak = sc_pipe_peak_stash(lists[r], n[r]);
     if (peak != formula(k, P, V, M, r))
       fail_msg("kind %d P %d V %d M %d rank %d: %d stashed, formula %d", (int)k, (int)P, (int)V,
@@ -231,10 +235,15 @@ static void swap(sc_pipe_action *a, sc_pipe_action *b) {
   *b = t;
 }
 
-/* rank 3 (last): F3.0 B3.0 ...: its backward first */
+/* rank 3 (last): P3 F3.0 B3.0 ...: its backward first */
 static void backward_first(sc_pipe_action **l, int32_t *n) {
   (void)n;
-  swap(&l[3][0], &l[3][1]);
+  swap(&l[3][1], &l[3][2]);
+}
+/* rank 1: P1 F1.0 ...: its forward before the casts it reads */
+static void prepare_late(sc_pipe_action **l, int32_t *n) {
+  (void)n;
+  swap(&l[1][0], &l[1][1]);
 }
 static void missing(sc_pipe_action **l, int32_t *n) {
   (void)l;
@@ -242,24 +251,25 @@ static void missing(sc_pipe_action **l, int32_t *n) {
 }
 static void twice(sc_pipe_action **l, int32_t *n) {
   (void)n;
-  l[1][1] = l[1][0]; /* rank 1: F1.0 twice */
+  l[1][2] = l[1][1]; /* rank 1: F1.0 twice */
 }
 static void wrong_rank(sc_pipe_action **l, int32_t *n) {
   (void)n;
-  l[0][0].chunk = 1; /* rank 0 runs chunk 1's forward */
+  l[0][1].chunk = 1; /* rank 0 runs chunk 1's forward */
 }
-/* Two ranks waiting on each other. Rank 1 (1F1B, P = 4) runs F1.0 F1.1
- * F1.2 B1.0 ...; made F1.0 B1.0 F1.1 F1.2, its B1.0 waits for rank 2's
+/* Two ranks waiting on each other. Rank 1 (1F1B, P = 4) runs P1 F1.0 F1.1
+ * F1.2 B1.0 ...; made P1 F1.0 B1.0 F1.1 F1.2, its B1.0 waits for rank 2's
  * B2.0, which rank 2 runs after F2.1, which needs rank 1's F1.1: a cycle. */
 static void cycle(sc_pipe_action **l, int32_t *n) {
   (void)n;
-  swap(&l[1][1], &l[1][3]); /* F1.0 B1.0 F1.2 F1.1 */
-  swap(&l[1][2], &l[1][3]); /* F1.0 B1.0 F1.1 F1.2 */
+  swap(&l[1][2], &l[1][4]); /* P1 F1.0 B1.0 F1.2 F1.1 */
+  swap(&l[1][3], &l[1][4]); /* P1 F1.0 B1.0 F1.1 F1.2 */
 }
 
 static void test_broken(void **state) {
   (void)state;
   broken(backward_first, "deadlocks");
+  broken(prepare_late, "rank 1 waits in F1.0");
   broken(missing, "too few");
   broken(twice, "runs twice");
   broken(wrong_rank, "is not one of its actions");
@@ -286,9 +296,12 @@ static void test_bad_arguments(void **state) {
   assert_string_equal(sc_pipe_action_name(&x, buf, sizeof buf), "B3.1");
   x = (sc_pipe_action){.phase = SC_PIPE_UPDATE, .chunk = 2, .mb = -1};
   assert_string_equal(sc_pipe_action_name(&x, buf, sizeof buf), "U2");
+  x = (sc_pipe_action){.phase = SC_PIPE_PREPARE, .chunk = 1, .mb = -1};
+  assert_string_equal(sc_pipe_action_name(&x, buf, sizeof buf), "P1");
   /* piece numbering: every phase's chunks, values flowing upwards */
-  assert_int_equal(sc_pipe_piece(4, SC_PIPE_BACKWARD, 3), 4);
-  assert_int_equal(sc_pipe_piece_chunk(4, 4), 3);
+  assert_int_equal(sc_pipe_piece(4, SC_PIPE_PREPARE, 2), 2);
+  assert_int_equal(sc_pipe_piece(4, SC_PIPE_BACKWARD, 3), 8);
+  assert_int_equal(sc_pipe_piece_chunk(4, 8), 3);
   assert_int_equal(sc_pipe_piece_phase(4, sc_pipe_piece(4, SC_PIPE_NORM, 1)), SC_PIPE_NORM);
   assert_int_equal(sc_pipe_piece_chunk(4, sc_pipe_piece(4, SC_PIPE_UPDATE, 2)), 2);
 }

@@ -485,7 +485,10 @@ static void test_pipeline_bubble(void **state) {
   sc_diag_clear(&d);
   assert_int_equal(sc_search_estimate(&bm, &o, &c, &d), SC_OK);
   double mb = (c.compute_s + c.recompute_s) / 8;
-  assert_true(isfinite(c.bubble_s) && c.bubble_s > 3 * mb * 0.4 && c.bubble_s < 3 * mb * 0.8);
+  /* 0.29 of 3 microbatches simulated (plan --train --estimate: 1.98 ms of
+   * bubble, 18.0 ms of compute over 8), 0.29 estimated: a slot holds no
+   * casts since each chunk's prepare piece makes them once a step */
+  assert_true(isfinite(c.bubble_s) && c.bubble_s > 3 * mb * 0.2 && c.bubble_s < 3 * mb * 0.8);
   assert_true(c.pp_s > 0);
   sc_search_cand more = c;
   more.microbatches = 16;
