@@ -97,11 +97,37 @@ static bool graph_param(const void *ctx, const sc_graph *g, int32_t id) {
   return (g->values[id].flags & SC_VALUE_PARAM) != 0;
 }
 
+/* Whether n reads only parameters, constants and values so made
+ * (weights[v] marks those values): a transpose or cast of a weight, which
+ * a training step makes once (a pipeline's prepare piece, ir/pipe.h) or
+ * folds into its product, not per example. */
+static bool weight_node(const sc_graph *g, const sc_node *n, bool *weights) {
+  bool only = n->n_inputs > 0;
+  for (int32_t k = 0; k < n->n_inputs && only; k++) {
+    int32_t v = n->inputs[k];
+    only = v < 0 || (g->values[v].flags & (SC_VALUE_PARAM | SC_VALUE_CONST)) || weights[v];
+  }
+  for (int32_t j = 0; only && j < n->n_outputs; j++)
+    if (n->outputs[j] >= 0) weights[n->outputs[j]] = true;
+  return only;
+}
+
+/* Node n into part p; of a weight_node only its parameters (its bytes are
+ * not an example's). */
 static void add_node(sc_graph *g, const sc_node *n, int32_t *seen_param, int32_t mark,
-                     bool in_core, bool whole, bool low, sc_block_part *p) {
+                     bool in_core, bool whole, bool low, bool weights, sc_block_part *p) {
   const sc_op_info *info = (unsigned)n->op < SC_OP_COUNT ? &sc_ops[n->op] : NULL;
   sc_cost c = {0, 0};
   if (info && info->cost) info->cost(g, n, &c);
+  /* a lookup reads the rows it gathers, not its table (the simulator
+   * bounds a kernel's reads by its loads: codegen/dist_sim.c,
+   * kernel_bytes); the cost counts the whole table, which made the GPT-2
+   * shapes' embedding 329 MB an example (gpt_1p5b at 8 examples a
+   * microbatch: 0.76 ms of the LM head's rank estimated, 1 us simulated) */
+  const sc_value *gout = n->op == SC_OP_GATHER ? sc_node_output(g, n, 0) : NULL;
+  const sc_value *gtab = gout ? sc_node_input(g, n, 0) : NULL;
+  if (gtab && sc_value_bytes(gtab) > sc_value_bytes(gout) && sc_value_bytes(gout) > 0)
+    c.bytes -= (double)(sc_value_bytes(gtab) - sc_value_bytes(gout));
   /* a fused attention (ir/attention.h) computes as products do: its FLOPs
    * are the core's, timed at the GEMM rate */
   bool fused = n->op == SC_OP_FUSED_ATTENTION || n->op == SC_OP_FUSED_ATTENTION_GRAD;
@@ -113,7 +139,7 @@ static void add_node(sc_graph *g, const sc_node *n, int32_t *seen_param, int32_t
      * (add_experts, search.c's block_times) */
     else if (!fused && sc_expert_weight(g, n, graph_param, NULL) < 0) add_gemm(g, n, c.flops, p);
     else if (!fused) p->last_gemm_flops = 0; /* an expert product last: none listed */
-  } else if (!is_view(n->op)) {
+  } else if (!is_view(n->op) && !weights) {
     p->mem_bytes += c.bytes;
     if (in_core) p->attn_mem_bytes += c.bytes;
     bool row = whole && info && (info->flags & SC_OPF_NORM);
@@ -128,7 +154,7 @@ static void add_node(sc_graph *g, const sc_node *n, int32_t *seen_param, int32_t
   const sc_value *table = n->op == SC_OP_GATHER ? sc_node_input(g, n, 0) : NULL;
   if (table && (table->flags & SC_VALUE_PARAM) && table->rank == 2)
     p->lookup_elems += (double)sc_value_numel(table);
-  if (!is_view(n->op)) {
+  if (!is_view(n->op) && !weights) {
     double ob = out_bytes(g, n);
     p->saved_bytes += ob;
     if (in_core && !fused) p->attn_saved_bytes += ob;
@@ -261,9 +287,11 @@ sc_status sc_block_model_build(sc_graph *g, sc_block_model *bm, sc_diag *d) {
   bm->n_blocks = b.n_blocks;
   int32_t *seen = g->n_values ? sc_calloc((size_t)g->n_values, sizeof *seen) : NULL;
   bool *low = g->n_values ? sc_calloc((size_t)g->n_values, sizeof *low) : NULL;
-  if (g->n_values && (!seen || !low)) {
+  bool *wts = g->n_values ? sc_calloc((size_t)g->n_values, sizeof *wts) : NULL;
+  if (g->n_values && (!seen || !low || !wts)) {
     sc_free(seen);
     sc_free(low);
+    sc_free(wts);
     sc_blocks_free(&b);
     return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "block model: out of memory");
   }
@@ -278,7 +306,7 @@ sc_status sc_block_model_build(sc_graph *g, sc_block_model *bm, sc_diag *d) {
     if (n->flags & SC_NODE_DEAD) continue;
     live++;
     int32_t blk = i < b.n_nodes ? b.node_block[i] : -1;
-    bool is_low = low_node(g, n, low);
+    bool is_low = low_node(g, n, low), is_weights = weight_node(g, n, wts);
     if (blk > 0) continue; /* block 0 stands for every block */
     bool gemm4 = (sc_ops[n->op].flags & SC_OPF_MATMUL) && out_rank(g, n) == 4;
     bool in_core = false;
@@ -309,7 +337,7 @@ sc_status sc_block_model_build(sc_graph *g, sc_block_model *bm, sc_diag *d) {
     /* block 0's parameters are its own; the outside's are counted once
      * (mark 1 and 2: a tied weight read by both counts in both) */
     bool whole = !in_core && on_stream(g, n, bm->seq, bm->hidden);
-    add_node(g, n, seen, blk == 0 ? 1 : 2, in_core, whole, is_low,
+    add_node(g, n, seen, blk == 0 ? 1 : 2, in_core, whole, is_low, is_weights,
              blk == 0 ? &bm->block : &bm->outside);
   }
   if (live) st = add_experts(g, &b, bm, d);
@@ -317,6 +345,7 @@ sc_status sc_block_model_build(sc_graph *g, sc_block_model *bm, sc_diag *d) {
   sc_blocks_free(&b);
   sc_free(seen);
   sc_free(low);
+  sc_free(wts);
   if (st != SC_OK) return st;
   if (!live) return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL, "block model: no live node");
   for (int32_t i = 0; i < g->n_values; i++)
