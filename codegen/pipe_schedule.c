@@ -319,7 +319,7 @@ static int32_t add_handoff(sc_pipe_handoffs *t, const sc_dist_program *dp, int32
   x = &t->h[t->n];
   *x = (sc_pipe_handoff){.piece = piece, .out = out, .name = b->name, .dtype = b->dtype,
                          .bytes = b->bytes,
-                         .per_mb = per_mb(t->C, piece) && !sc_pipe_is_state_copy(b->name)};
+                         .per_mb = per_mb(t->C, piece)};
   const char *const *off = dp->schedule.offload;
   x->offload = x->per_mb && b->name && off &&
                sc_pipe_piece_phase(t->C, piece) == SC_PIPE_FORWARD &&
@@ -401,8 +401,8 @@ static sc_status handoffs_of(const sc_dist_program *dp, sc_pipe_handoffs *t, con
       t->input_handoff[s][i] = h;
       int32_t q = sc_pipe_piece_chunk(t->C, s) % t->P;
       if (t->h[h].per_mb) t->h[h].mb_readers[q] += per_mb(t->C, s);
-      /* once per step: a prepare piece's value or a state copy is read from
-       * slot 0 in every microbatch */
+      /* once per step: a prepare piece's value is read from slot 0 in
+       * every microbatch */
       t->h[h].step_readers[q] += t->h[h].per_mb ? !per_mb(t->C, s) : per_mb(t->C, s) ? t->M : 1;
     }
   }
@@ -637,7 +637,7 @@ sc_status sc_pipe_traffic(const sc_pipe_handoffs *t, const sc_dist_program *dp, 
       }
     }
     for (int32_t h = 0; h < t->n; h++) {
-      if (t->h[h].piece != s || (!t->h[h].per_mb && mb > 0)) continue; /* a state copy */
+      if (t->h[h].piece != s) continue;
       int32_t k = t->h[h].per_mb ? mb : 0;
       for (int32_t r = 0; r < t->P; r++)
         if (r != q && sc_pipe_handoff_reads(t, h, r, k)) {

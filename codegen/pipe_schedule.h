@@ -93,10 +93,8 @@ typedef struct sc_pipe_handoff {
   int64_t bytes;           /* one microbatch's */
   bool per_mb;             /* made per microbatch; false for a value made
                               once per step (a prepare piece's, which every
-                              microbatch reads from slot 0), and for a state
-                              copy (sc_pipe_is_state_copy: the same in every
-                              microbatch), which the producer hands over in
-                              microbatch 0 and every microbatch reads */
+                              microbatch reads from slot 0: a weight's cast,
+                              a state copy "X" SC_PIPE_COPY_SUFFIX) */
   int32_t *mb_readers;     /* [P] */
   int32_t *step_readers;   /* [P] */
   bool offload;            /* a forward piece's per-microbatch value named in
@@ -132,7 +130,7 @@ int32_t sc_pipe_handoff_reads(const sc_pipe_handoffs *t, int32_t h, int32_t q, i
 /* Whether handoff h kept on pipeline coordinate q is stashed: made per
  * microbatch and read here by a per-microbatch piece (forward values for
  * the backward, the values and gradients crossing a chunk boundary), kept
- * per microbatch in flight. The others (a state copy, a value read here
+ * per microbatch in flight. The others (a prepare piece's, a value read here
  * only once per step: the norm's share, the mean gradient the update
  * reads) are the step's values, kept once whatever the microbatches. */
 bool sc_pipe_handoff_stashed(const sc_pipe_handoffs *t, int32_t h, int32_t q);

@@ -42,7 +42,6 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
-#include <string.h>
 
 typedef enum sc_pipe_phase {
   SC_PIPE_PREPARE,
@@ -79,10 +78,6 @@ static inline int32_t sc_pipe_piece_chunk(int32_t chunks, int32_t piece) {
  * step (state changes only in the update), so it is handed over once per
  * step. */
 #define SC_PIPE_COPY_SUFFIX ".pipe_copy"
-static inline bool sc_pipe_is_state_copy(const char *name) {
-  size_t n = name ? strlen(name) : 0, k = sizeof SC_PIPE_COPY_SUFFIX - 1;
-  return n > k && memcmp(name + n - k, SC_PIPE_COPY_SUFFIX, k) == 0;
-}
 
 static inline const char *sc_pipe_phase_name(sc_pipe_phase ph) {
   static const char *const names[] = {"prepare", "forward", "backward", "weight", "norm", "update"};

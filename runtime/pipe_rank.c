@@ -672,7 +672,7 @@ static sc_status run_action(sc_pipe_rank *r, int32_t s, int32_t mb, const sc_ten
   for (int32_t j = 0; j < p->n_outputs && st == SC_OK; j++) {
     const sc_tensor_view *v = &pc->ov[j];
     int32_t hx = pc->out_handoff[j];
-    if (hx >= 0 && (r->t.h[hx].per_mb || mb <= 0)) { /* a state copy: made once a step */
+    if (hx >= 0) {
       const sc_pipe_handoff *x = &r->t.h[hx];
       int32_t k = x->per_mb ? mb : 0;
       for (int32_t q = 0; q < r->P && st == SC_OK; q++)

@@ -143,7 +143,7 @@ static int print_plan_json(const sc_build *b, const char *file) {
 /* Every rank's action list: each action, what it receives from (<r) and
  * sends to (>r) other pipeline ranks (sc_pipe_traffic: the runtime's
  * transfers, not the dependencies: a value read once per step is sent by
- * its last microbatch, a state copy by its first). */
+ * its last microbatch, a prepare piece's once a step, before any forward). */
 static void print_table(const sc_dist_program *dp, const sc_pipe_row *rows) {
   int32_t P = dp->pipe_ranks;
   printf("\nschedule (P prepare, F forward, B backward, W weight gradients, N norm, U update; "

@@ -89,6 +89,8 @@ typedef struct pipe_ctx {
   sc_diag *d;
 } pipe_ctx;
 
+static void prepare_marks(pipe_ctx *c, bool *mark);
+
 static sc_status nomem(sc_diag *d) {
   return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
 }
@@ -234,11 +236,18 @@ static sc_status forward_chunks(pipe_ctx *c, const sc_plan *plan) {
                                     ? &plan->cluster_figures : NULL,
                                 low);
   if (st == SC_OK && sc_pp_node_costs(g, bw, cost) != SC_OK) st = nomem(c->d);
+  /* the prepare phase's nodes run once a step, not per microbatch */
+  bool *once = st == SC_OK ? sc_malloc((size_t)n + 1) : NULL;
+  if (st == SC_OK && !once) st = nomem(c->d);
+  if (st == SC_OK) prepare_marks(c, once);
+  double per_mb = 1.0 / (plan->microbatches > 1 ? plan->microbatches : 1);
   int32_t n_fwd = 0;
   for (int32_t i = 0; st == SC_OK && i < n; i++) {
     if (c->phase[i] == SC_PIPE_FORWARD) n_fwd++;
     else cost[i] = 0;
+    if (once[i]) cost[i] *= per_mb;
   }
+  sc_free(once);
   if (st == SC_OK && n_fwd < c->C)
     st = sc_diag_set(c->d, SC_ERR_INVALID, NULL, NULL,
                      "pipelined training: %d forward nodes cannot fill %d pipeline chunks",
@@ -922,51 +931,61 @@ static sc_status weight_phase(pipe_ctx *c) {
 /* Whether value v is the same in every microbatch of a step, as far as a
  * forward node reading it can tell: a constant, a parameter (a state input
  * the optimizer updates, not its optimizer state or accumulator: those are
- * read-modify-write), or a prepare node's output. */
-static bool step_constant(const pipe_ctx *c, int32_t v) {
+ * read-modify-write), or the output of a node marked in mark[]. */
+static bool step_constant(const pipe_ctx *c, const bool *mark, int32_t v) {
   const sc_graph *g = c->g;
   const sc_value *x = &g->values[v];
   if (x->flags & SC_VALUE_CONST) return true;
-  if (x->producer >= 0) return c->phase[x->producer] == SC_PIPE_PREPARE;
-  if (c->owner[v] < 0 || !x->name) return false;
+  if (x->producer >= 0) return mark[x->producer];
+  if (!x->name || named(g, "new:", x->name) < 0) return false;
   const char *param = sc_partition_param_of(c->p, x->name);
   return param && strcmp(param, x->name) == 0;
 }
 
-/* The prepare phase: forward nodes whose inputs are all step constants and
- * at least one of them a parameter or a prepare node's output (the
- * weights' casts to the products' precision, a remote reader's copy of a
- * parameter, views of them), that write no output of the step and draw no
- * random numbers. Their values are the same in every microbatch: computed
- * once per step in the chunk's prepare piece instead of in each forward,
- * and kept once for the step instead of in the stash of every microbatch
- * in flight (the backward's products read the same casts). Marked to a
- * fixed point: copy_remote_state appends its copies after their readers. */
-static void prepare_phase(pipe_ctx *c) {
+/* mark[i] for the forward nodes of the prepare phase: those whose inputs
+ * are all step constants and at least one of them a parameter or a marked
+ * node's output (the weights' casts to the products' precision, a remote
+ * reader's copy of a parameter, views of them), that write no output of
+ * the step and draw no random numbers. Their values are the same in every
+ * microbatch: computed once per step in the chunk's prepare piece instead
+ * of in each forward, and kept once for the step instead of in the stash
+ * of every microbatch in flight (the backward's products read the same
+ * casts). To a fixed point: copy_remote_state appends its copies after
+ * their readers. */
+static void prepare_marks(pipe_ctx *c, bool *mark) {
   sc_graph *g = c->g;
+  for (int32_t i = 0; i < g->n_nodes; i++) mark[i] = false;
   for (bool changed = true; changed;) {
     changed = false;
     for (int32_t i = 0; i < g->n_nodes; i++) {
       const sc_node *n = &g->nodes[i];
-      if (c->phase[i] != SC_PIPE_FORWARD || (n->flags & SC_NODE_DEAD) || n->n_inputs < 1 ||
-          n->op == SC_OP_DROPOUT ||
+      if (mark[i] || c->phase[i] != SC_PIPE_FORWARD || (n->flags & SC_NODE_DEAD) ||
+          n->n_inputs < 1 || n->op == SC_OP_DROPOUT ||
           ((unsigned)n->op < SC_OP_COUNT && (sc_ops[n->op].flags & SC_OPF_SIDE_EFFECT)))
         continue;
       bool ok = true, varies = false;
       for (int32_t j = 0; j < n->n_inputs && ok; j++) {
         int32_t v = n->inputs[j];
         if (v < 0) continue;
-        ok = step_constant(c, v);
+        ok = step_constant(c, mark, v);
         varies |= !(g->values[v].flags & SC_VALUE_CONST);
       }
       for (int32_t j = 0; j < n->n_outputs && ok; j++)
         ok = n->outputs[j] < 0 || !(g->values[n->outputs[j]].flags & SC_VALUE_OUTPUT);
-      if (ok && varies) {
-        c->phase[i] = SC_PIPE_PREPARE;
-        changed = true;
-      }
+      if (ok && varies) mark[i] = changed = true;
     }
   }
+}
+
+/* The prepare phase (prepare_marks). */
+static sc_status prepare_phase(pipe_ctx *c) {
+  bool *mark = sc_malloc((size_t)c->g->n_nodes + 1);
+  if (!mark) return nomem(c->d);
+  prepare_marks(c, mark);
+  for (int32_t i = 0; i < c->g->n_nodes; i++)
+    if (mark[i]) c->phase[i] = SC_PIPE_PREPARE;
+  sc_free(mark);
+  return SC_OK;
 }
 
 sc_status sc_partition_pipe_pieces(sc_partition *p, const sc_plan *plan, sc_diag *d) {
@@ -985,7 +1004,7 @@ sc_status sc_partition_pipe_pieces(sc_partition *p, const sc_plan *plan, sc_diag
   if (st == SC_OK) st = copy_remote_state(&c);
   if (st == SC_OK) st = accumulate_remote_grads(&c);
   if (st == SC_OK) st = weight_phase(&c);
-  if (st == SC_OK) prepare_phase(&c);
+  if (st == SC_OK) st = prepare_phase(&c);
   int32_t n = g->n_nodes, pieces = SC_PIPE_PHASES * c.C;
   if (st == SC_OK && !(key = sc_malloc(((size_t)n + 1) * sizeof *key))) st = nomem(d);
   for (int32_t i = 0; st == SC_OK && i < n; i++)

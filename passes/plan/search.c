@@ -21,6 +21,11 @@
  * an element), SGD reads the gradient and reads and writes the parameter
  * (12). */
 enum { PARAM_B = 4, GRAD_B = 4, ADAM_B = 8, ADAM_STEP_B = 28, SGD_STEP_B = 12 };
+/* The gradient norm (train:grad_norm, every step) reads each gradient
+ * element once for its sum of squares; a step of several microbatches
+ * first makes the mean of the accumulated sum (read 4, write 4 bytes an
+ * element: a pipeline's norm pieces, Mul(new:accum:P, 1/M)). */
+enum { NORM_B = 4, MEAN_B = 8 };
 /* Mixed precision: a bf16 copy of every GEMM weight per microbatch (read
  * 4, write 2 bytes an element; kept for the backward: 2); gradient
  * accumulation per microbatch (read 4 + 4, write 4), or where the
@@ -899,7 +904,9 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
                  : rest_storage(c) == (double)c->fsdp ? e_stage / (double)c->fsdp
                                                       : e_exp / (double)c->fsdp +
                                                             (e_stage - e_exp) / rest_storage(c);
-  c->optimizer_s = e_opt * (x->o->adamw ? ADAM_STEP_B : SGD_STEP_B) / x->hbm;
+  c->optimizer_s = e_opt *
+                   ((x->o->adamw ? ADAM_STEP_B : SGD_STEP_B) + NORM_B + (M > 1 ? MEAN_B : 0)) /
+                   x->hbm;
   /* per microbatch, the stage's parameters are read again: their bf16
    * casts for the GEMMs (read 4, write 2 bytes an element) and the
    * gradient accumulation (read the new, read and write the sum: 12) of
