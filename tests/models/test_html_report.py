@@ -191,7 +191,8 @@ def check_page(drv, html, what, lanes, bars, candidates=None, bubbles=False, sho
         print(f"  tooltip: {text!r}")
         lines = text.split("\n") if text else []
         check(len(lines) >= 4 and "pipeline rank" in lines[0] and "compute" in lines[0]
-              and lines[1].split(":")[0] in ("forward", "backward", "weight gradients", "compute")
+              and lines[1].split(":")[0] in ("prepare", "forward", "backward", "weight gradients",
+                                             "compute")
               and "microbatch" in lines[2] and " to " in lines[3],
               f"{what}: hovering a compute block shows its step")
         text = hover_widest(drv, '.block[data-kind="collective"], .block[data-kind="send"]')
