@@ -393,7 +393,7 @@ static sc_status handoffs_of(const sc_dist_program *dp, sc_pipe_handoffs *t, con
       if (sc_pipe_reads_state(dp, s, src, name)) continue;
       int32_t h = add_handoff(t, dp, src, j, d);
       if (h < 0) return d->status;
-      if (!t->h[h].per_mb && per_mb(t->C, s) && !per_mb(t->C, t->h[h].piece) &&
+      if (!t->h[h].per_mb && per_mb(t->C, s) &&
           sc_pipe_piece_phase(t->C, t->h[h].piece) != SC_PIPE_PREPARE)
         return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
                            "piece %d reads '%s', made once per step, in every microbatch",

@@ -9,10 +9,10 @@
  * implied: a piece receives what it reads from another pipeline rank
  * before it runs (a blocking receive) and sends what another rank reads
  * right after (a buffered send that never blocks); values between pieces
- * of one rank stay there (the stash). With P pipeline ranks, V chunks per rank (C = P·V)
- * and M microbatches, rank r runs chunks r, r+P, ..., first every chunk's
- * PREPARE (chunks ascending: a copy of a parameter another rank reads is
- * made in its owner's first action), and then:
+ * of one rank stay there (the stash). With P pipeline ranks, V chunks per
+ * rank (C = P·V) and M microbatches, rank r runs chunks r, r+P, ..., first
+ * every chunk's PREPARE (chunks ascending: a copy of a parameter another
+ * rank reads is made in its owner's first action), and then:
  *   gpipe        F(0..M-1), then B(0..M-1) (V = 1);
  *   1f1b         min(P-r-1, M) warm-up forwards, then one forward and one
  *                backward alternately, then the remaining backwards

@@ -71,12 +71,11 @@ static inline int32_t sc_pipe_piece_chunk(int32_t chunks, int32_t piece) {
   int32_t r = piece % chunks;
   return sc_pipe_reversed((sc_pipe_phase)(piece / chunks)) ? chunks - 1 - r : r;
 }
-/* A state input X read on another pipeline rank than its owner's is read
- * there through "X" SC_PIPE_COPY_SUFFIX, a copy the owner makes
- * (passes/partition/pipe_train.c): in its prepare piece for a parameter,
- * else in its forward piece. Its value is the same in every microbatch of a
- * step (state changes only in the update), so it is handed over once per
- * step. */
+/* A parameter read on another pipeline rank than its owner's is read
+ * there through "X" SC_PIPE_COPY_SUFFIX, a copy the owner's prepare piece
+ * makes (passes/partition/pipe_train.c; other state read there is an
+ * error). Its value is the same in every microbatch of a step (state
+ * changes only in the update), so it is handed over once per step. */
 #define SC_PIPE_COPY_SUFFIX ".pipe_copy"
 
 static inline const char *sc_pipe_phase_name(sc_pipe_phase ph) {

@@ -60,7 +60,7 @@
  * owner's prepare piece: the owner sends the current value once a step,
  * and the gradient of the copy flows back to the owner.
  * The prepare nodes keep the chunk the forward's cut gave them (their
- * cost weighs in the balance as if they ran per microbatch).
+ * cost weighs in the balance at 1/M: they run once a step).
  *
  * Finally every value must flow from a piece to the same or a later one
  * (an error naming the node otherwise), and the nodes are reordered by

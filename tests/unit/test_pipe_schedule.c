@@ -4,10 +4,10 @@
  * For P = 1..8 pipeline ranks and M = 1..32 microbatches: GPipe, 1F1B and
  * ZB-H1 (and interleaved 1F1B with V = 2 and 3 chunks per rank, M a
  * multiple of P) give every rank a list that holds each of its actions
- * (forward, backward, weight per microbatch; prepare first, norm, update) once, runs to
- * its end under the runtime's rules on the dependencies of a pipelined
- * transformer (sc_pipe_deps_chain), and stashes at most the schedule's
- * formula of microbatches at once (GPipe M, 1F1B min(P - r, M),
+ * (forward, backward, weight per microbatch; prepare first, norm, update)
+ * once, runs to its end under the runtime's rules on the dependencies of a
+ * pipelined transformer (sc_pipe_deps_chain), and stashes at most the
+ * schedule's formula of microbatches at once (GPipe M, 1F1B min(P - r, M),
  * interleaved min((P-r-1)·2 + (V-1)·P + 1, M·V)), ZB-H1 as 1F1B. ZB-H1's
  * rank r is 1F1B's list with the weight piece of microbatch m moved to
  * right after the backward of min(m + r, M-1): r weight pieces held back at
@@ -16,11 +16,12 @@
  * Megatron-LM's order, written out from its loop (warm-up count, chunk
  * order, microbatches in groups of P) for P = 2..8, V = 2..4, M = 2P..4P
  * (at M = P Megatron runs every forward first; these lists keep the
- * warm-up formula). Broken lists are refused with the reason: a backward before
- * its forward on one rank, a forward before its chunk's prepare, an action missing, one run twice, one on the
- * wrong rank, and a cycle between two ranks (each waits for the other's
- * later action), named in the message. Bad arguments: an interleaved
- * schedule with M not a multiple of P or with V = 1, V > 1 with 1F1B. */
+ * warm-up formula). Broken lists are refused with the reason: a backward
+ * before its forward on one rank, a forward before its chunk's prepare, an
+ * action missing, one run twice, one on the wrong rank, and a cycle between
+ * two ranks (each waits for the other's later action), named in the
+ * message. Bad arguments: an interleaved schedule with M not a multiple
+ * of P or with V = 1, V > 1 with 1F1B. */
 #include <stdio.h>
 #include <string.h>
 
