@@ -315,13 +315,20 @@ sc_status sc_dist_step_compute_time(const sc_cluster *c, const sc_program *p, co
         SC_OK)
       return d->status;
     *flops = f;
-    /* the bias gradient's and the epilogue kernel, on a device whose
-     * kernels have a model (the CPU's: it runs every epilogue; a GPU's
-     * activation epilogue may run inside the product) */
-    int32_t ks[2] = {g->bgrad != SC_GEMM_BGRAD_NONE ? g->bgrad_kernel : -1, st->kernel};
+    /* the bias gradient's and the epilogue kernel, each a kernel of its
+     * own after the product as the runtime launches them, but on a GPU
+     * (cuda_device.c) the bias gradient and the activation, which the
+     * product computes (cuBLASLt's BGRADB, GELU_AUX); the other epilogues
+     * run there too (a bf16 weight gradient's cast to f32 and its
+     * accumulation into the microbatches' sum): until 2026-12-07 a GPU
+     * without a kernel model costed none, 38 us a microbatch of the
+     * gpt_1p5b MLP weight's sum at H100 bandwidth (102 MB) where its
+     * product took 9 us */
+    bool gpu = sc_cluster_is_gpu(c);
+    int32_t ks[2] = {g->bgrad != SC_GEMM_BGRAD_NONE && !gpu ? g->bgrad_kernel : -1,
+                     g->act != SC_GEMM_ACT_NONE && gpu ? -1 : st->kernel};
     for (int i = 0; i < 2; i++) {
-      if (ks[i] < 0 || ks[i] >= p->n_kernels || !c->profile.present || !c->profile.has_kernel)
-        continue;
+      if (ks[i] < 0 || ks[i] >= p->n_kernels) continue;
       double fe[SC_PROFILE_KERNEL_TERMS], se = 0;
       bool split;
       sc_dist_kernel_features(p->kernels[ks[i]], fe, &split);
@@ -584,7 +591,7 @@ static sc_status stage_table(const sc_dist_program *dp, int32_t s, const sc_clus
       fprintf(stderr,
               "SHARDC_SIM_STEPS: stage %d step %d: %.3f us %s [%s] bytes %.0f visits %.0f ops %.0f "
               "transcendental %.0f gathered %.0f%s\n",
-              (int)s, (int)k, tab[k].s * 1e6, x->kind == SC_STEP_GEMM ? "gemm" : "step",
+              (int)s, (int)k, tab[k].s * 1e6, x->kind == SC_STEP_GEMM ? (x->kernel >= 0 ? p->kernels[x->kernel]->name : "gemm") : "step",
               x->origin ? x->origin : "", t.bytes, f[0], f[1], f[2], f[3], split ? " split" : "");
     }
   return st;

@@ -28,10 +28,20 @@ enum { PARAM_B = 4, GRAD_B = 4, ADAM_B = 8, ADAM_STEP_B = 28, SGD_STEP_B = 12 };
 enum { NORM_B = 4, MEAN_B = 8 };
 /* Mixed precision: a bf16 copy of every GEMM weight per microbatch (read
  * 4, write 2 bytes an element; kept for the backward: 2); gradient
- * accumulation per microbatch (read 4 + 4, write 4), or where the
- * weight-gradient product accumulates into the sum itself, its sum read
- * and written (4 + 4). */
-enum { CAST_B = 6, CAST_KEEP_B = 2, ACCUM_B = 12, ACCUM_SUM_B = 8 };
+ * accumulation per microbatch (read 4 + 4, write 4). */
+enum { CAST_B = 6, CAST_KEEP_B = 2, ACCUM_B = 12 };
+/* A GEMM weight's gradient, an element a microbatch, in the epilogue
+ * kernel its weight-gradient product runs (a kernel of its own after the
+ * product on a GPU too: cuda_device.c), beyond the product's own write
+ * of it: a bf16 step's cast to f32 (read 2, write 4), or with several
+ * microbatches its addition to the f32 sum (read 2 + 4, write 4; an f32
+ * step's read 4 + 4, write 4); an f32 step with one microbatch writes the
+ * gradient in the product. gpt_1p5b's MLP weights (10.24 M elements) at
+ * 256 rows on an H100 (simulated): the product 9.2 us, its addition
+ * 38.2 us. Until 2026-12-07 neither the simulator (a GPU without a kernel
+ * model costed no epilogue) nor this estimate (which had the sum's 8 B
+ * hidden under the product's FLOPs) counted it. */
+enum { WGRAD_CAST_B = 6, WGRAD_SUM_LOW_B = 10, WGRAD_SUM_B = 12 };
 /* The bytes of an element of a GEMM product or a GEMM weight's gathered
  * copy or gradient in the collectives of a bf16 or fp16 step (its GEMM
  * dtype); every other value moves in fp32 (PARAM_B). Measured on plan
@@ -297,16 +307,37 @@ static sc_status coll(const ctx *x, sc_coll_kind k, double bytes, int64_t ranks,
   return st;
 }
 
-/* GEMM time of flops with one efficiency (the smallest dimension's). */
-static sc_status gemm(const ctx *x, double flops, int64_t m, int64_t n, int64_t k, double *s,
-                      sc_diag *d) {
+/* GEMM time of flops moving bytes (read and written: the roofline's
+ * other side), with one efficiency (the smallest dimension's). */
+static sc_status gemm_bytes(const ctx *x, double flops, double bytes, int64_t m, int64_t n,
+                            int64_t k, double *s, sc_diag *d) {
   if (flops <= 0) return SC_OK;
   double t = 0;
-  sc_status st = sc_cost_gemm_time(x->c, x->o->dtype, flops, 0,
+  sc_status st = sc_cost_gemm_time(x->c, x->o->dtype, flops, bytes,
                                    sc_cost_gemm_efficiency(m < 1 ? 1 : m, n < 1 ? 1 : n,
                                                            k < 1 ? 1 : k), &t, d);
   *s += t;
   return st;
+}
+
+static sc_status gemm(const ctx *x, double flops, int64_t m, int64_t n, int64_t k, double *s,
+                      sc_diag *d) {
+  return gemm_bytes(x, flops, 0, m, n, k, s, d);
+}
+
+static double gemm_comm_b(const ctx *x);
+
+/* The bytes of flops of m x n x k products in the GEMM dtype: each reads
+ * its two operands and writes its product once (the forward's A by a
+ * weight, the input gradient's, the weight gradient's alike), which at a
+ * microbatch of a few hundred rows is more time than its FLOPs (gpt_1p5b's
+ * MLP at 256 rows: the bf16 weight's 20.5 MB, 9.2 us at H100 bandwidth,
+ * 5.2 GFLOP). */
+static double gemm_operand_bytes(const ctx *x, double flops, int64_t m, int64_t n, int64_t k) {
+  double one = 2.0 * (double)m * (double)n * (double)k;
+  if (!(one > 0)) return 0;
+  return flops / one * gemm_comm_b(x) *
+         ((double)m * (double)k + (double)k * (double)n + (double)m * (double)n);
 }
 
 /* What tensor parallelism divides the LM head's values by: tp when it
@@ -581,7 +612,8 @@ static sc_status block_gemm(const ctx *x, const sc_search_cand *c, const sc_bloc
   int64_t m = (int64_t)((double)e->m * mbs), n = e->n, k = e->k;
   if (e->weight && n == x->bm->hidden) k /= c->tp;
   else if (e->weight) n /= c->tp;
-  return gemm(x, flops * mbs / (double)c->tp, m, n, k, s, d);
+  double f = flops * mbs / (double)c->tp;
+  return gemm_bytes(x, f, gemm_operand_bytes(x, f, m, n, k), m, n, k, s, d);
 }
 
 static sc_status block_gemms(const ctx *x, const sc_search_cand *c, const sc_block_part *b,
@@ -911,17 +943,14 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
    * casts for the GEMMs (read 4, write 2 bytes an element) and the
    * gradient accumulation (read the new, read and write the sum: 12) of
    * all but the blocks' GEMM weights, whose weight-gradient products
-   * accumulate into the sum themselves (beta 1: their f32 output read and
-   * written in the product, no accumulation step in the simulated
-   * backward piece), costing only what the products' FLOPs do not hide
-   * of the sum's 8 B an element (a product's roofline; the stage's
-   * products summed) */
-  double e_cast = e_stage * (x->o->dtype != SC_CLUSTER_FP32 ? CAST_B : 0) / x->hbm;
+   * write their own dtype (in the products' bytes, gemm_operand_bytes)
+   * and an epilogue kernel after each takes it into the gradient
+   * (WGRAD_CAST_B, WGRAD_SUM_B) */
+  bool low = x->o->dtype != SC_CLUSTER_FP32;
+  double e_cast = e_stage * (low ? CAST_B : 0) / x->hbm;
   double e_gemm_w = (double)Ls * (double)b->split_params / (double)c->tp;
-  double sum_s = e_gemm_w * ACCUM_SUM_B / x->hbm,
-         w_s = (double)Ls * t.block_weight / core_share(x, c); /* e_pass is shared below */
-  double e_pass =
-      e_cast + (e_stage - e_gemm_w) * ACCUM_B / x->hbm + (sum_s > w_s ? sum_s - w_s : 0);
+  double wgrad_b = M > 1 ? (low ? WGRAD_SUM_LOW_B : WGRAD_SUM_B) : (low ? WGRAD_CAST_B : 0);
+  double e_pass = e_cast + (e_stage - e_gemm_w) * ACCUM_B / x->hbm + e_gemm_w * wgrad_b / x->hbm;
   c->optimizer_s *= core_share(x, c);
   e_pass *= core_share(x, c);
   e_cast *= core_share(x, c);
