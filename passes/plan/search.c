@@ -42,6 +42,16 @@ enum { CAST_B = 6, CAST_KEEP_B = 2, ACCUM_B = 12 };
  * model costed no epilogue) nor this estimate (which had the sum's 8 B
  * hidden under the product's FLOPs) counted it. */
 enum { WGRAD_CAST_B = 6, WGRAD_SUM_LOW_B = 10, WGRAD_SUM_B = 12 };
+/* The bucket copies of a step without a pipeline, an element of its
+ * blocks' parameters a step: each gradient copied into its reduction's
+ * bucket and out of it (f32: read and write 4, twice: 16 B), and under
+ * fsdp what the shard and the gathers add, 17 B an element over fsdp.
+ * Fitted 2026-12-07 on plan --train's simulated steps (SHARDC_SIM_STEPS,
+ * the bucket/Concat and bucket/Slice kernels), gpt_1p5b on h100-sxm:8x1,
+ * batch 64, bf16: dp=8 8.81 ms (15.2 B an element of all its 1.56 G, the
+ * embedding reduced alone), fsdp=8 10.12 ms, fsdp=4,dp=2 11.36, fsdp=2,
+ * dp=4 13.83 (ZeRO-1, 2 and 3 alike); the estimate had none of it. */
+enum { BUCKET_COPY_B = 16, BUCKET_SHARD_B = 17 };
 /* The bytes of an element of a GEMM product or a GEMM weight's gathered
  * copy or gradient in the collectives of a bf16 or fp16 step (its GEMM
  * dtype); every other value moves in fp32 (PARAM_B). Measured on plan
@@ -908,6 +918,20 @@ static sc_status infer_estimate(const ctx *x, sc_search_cand *c, double cutoff, 
 static void block_values(const ctx *x, const sc_search_cand *c, double *all, double *keep);
 static double outside_saved(const ctx *x, const sc_search_cand *c);
 
+/* The gradient reductions of a step without a pipeline: each bucket's
+ * collective starts when the backward has made its gradients and runs on
+ * its communicator's queue beside the rest of the backward (the last
+ * microbatch's: hide), so what is exposed is what the backward does not
+ * hide, never less than the last bucket's (ops of them: it waits for the
+ * backward's end). Counted whole until 2026-12-07: gpt_1p5b at dp=8
+ * (h100-sxm:8x1, batch 64) had 32.5 ms of dp estimated, the queue's busy
+ * time, against 12.6 exposed (simulated); fsdp=2,dp=4 ZeRO-3 11.3 ms of
+ * dp against 0.8. */
+static double behind_backward(double busy, double hide, double ops) {
+  double last = busy / (ops > 1 ? ops : 1);
+  return busy - hide > last ? busy - hide : last;
+}
+
 static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *cut,
                           sc_diag *d) {
   if (c->inference) return infer_estimate(x, c, cutoff, cut, d);
@@ -959,6 +983,16 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
    * 436 us a microbatch in its first rank's casts (21.6 of its 63.6 ms of
    * compute with the tied embedding's copy) when each forward cast */
   c->compute_s += c->pp > 1 ? M * (e_pass - e_cast) + e_cast : M * e_pass;
+  /* a step without a pipeline groups its blocks' gradient reductions
+   * (over every data axis: dp, fsdp, ep, cp) and (under fsdp) parameter
+   * gathers into buckets (passes/partition/bucket.c): each tensor is
+   * copied into its bucket and out of it, once a step (BUCKET_COPY_B,
+   * BUCKET_SHARD_B) */
+  if (c->pp == 1 && c->dp * c->fsdp * ep_of(c) * (c->cp > 1 ? c->cp : 1) > 1) {
+    double e_blocks = e_stage - (double)bm->outside.params / (double)c->tp;
+    double per = BUCKET_COPY_B + (c->fsdp > 1 ? BUCKET_SHARD_B / (double)c->fsdp : 0);
+    c->compute_s += e_blocks * per / x->hbm * core_share(x, c);
+  }
   c->bubble_s = 0;
   double slots = 0; /* hand-off chain times the critical rank idles */
   if (c->pp > 1) {
@@ -1046,6 +1080,10 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
    * them per block (stage_collectives): their latencies */
   double per_block = stage_collectives(x, c, Ls, SC_SEARCH_GROUP_BLOCK);
   double pbytes = e_stage * PARAM_B;
+  /* the last microbatch's backward, with its recompute and its weight
+   * gradients' epilogues: what a step without a pipeline hides its
+   * gradient reductions behind (behind_backward) */
+  double bwd_hide = bwd + re + (e_pass - e_cast);
   double e_split = stage_split_params(bm, c, Ls);
   double lbytes = e_split * cb + (e_stage - e_split) * PARAM_B; /* GEMM weights in cb */
   /* the gradients' reductions over the data axes: all in fp32 after
@@ -1078,7 +1116,7 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
     /* the experts' reduce-scatters (a bucket a block) and gathers */
     double xops = xbytes > 0 ? (double)Ls : 0, xg = expert_gathers(x, c, Ls);
     int64_t gr = both ? c->fsdp * ep : c->fsdp, n_gr = both ? span(c->tp, gr, P) : n_fs;
-    double ag = 0, ag_bwd = 0;
+    double ag = 0, ag_bwd = 0, ag_bwd_busy = 0;
     st = coll(x, SC_COLL_ALL_GATHER, times * (lbytes - xbytes), gr, n_gr,
               times * (fwd_gathers - xg), &ag, d);
     if (st == SC_OK)
@@ -1094,13 +1132,20 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
                 times * (bwd_gathers - xg), &ag_bwd, d);
       if (st == SC_OK)
         st = coll(x, SC_COLL_ALL_GATHER, times * xbytes, c->fsdp, n_fs, times * xg, &ag_bwd, d);
+      ag_bwd_busy = ag_bwd / times;
       ag_bwd = ag_bwd / times > bwd ? times * (ag_bwd / times - bwd) : 0;
     }
     ag += ag_bwd;
     c->fsdp_s += ag;
+    double rs = 0, rs_ops = times * (per_block + tied_scatters(x, c));
     if (st == SC_OK)
-      st = coll(x, SC_COLL_REDUCE_SCATTER, times * (rbytes - xred), gr, n_gr,
-                times * (per_block + tied_scatters(x, c)), &c->fsdp_s, d);
+      st = coll(x, SC_COLL_REDUCE_SCATTER, times * (rbytes - xred), gr, n_gr, rs_ops, &rs, d);
+    /* without a pipeline or ZeRO-3 the reduce-scatters are once a step,
+     * behind the last microbatch's backward (with ZeRO-3's gathers on
+     * the same queue there) */
+    c->fsdp_s += c->pp == 1 && times == 1
+                     ? behind_backward(rs, bwd_hide > ag_bwd_busy ? bwd_hide - ag_bwd_busy : 0, rs_ops)
+                     : rs;
     if (st == SC_OK)
       st = coll(x, SC_COLL_REDUCE_SCATTER, times * xred, c->fsdp, n_fs, times * xops, &c->fsdp_s,
                 d);
@@ -1159,8 +1204,10 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
     /* under hybrid sharding each all-reduce rides its block's
      * reduce-scatter; alone, DDP's buckets */
     double ops = c->fsdp > 1 ? per_block : stage_collectives(x, c, Ls, SC_SEARCH_GROUP_DDP);
-    st = coll(x, SC_COLL_ALL_REDUCE, times * bytes, c->dp, n_dp, times * ops, &c->dp_s, d);
+    double ar = 0;
+    st = coll(x, SC_COLL_ALL_REDUCE, times * bytes, c->dp, n_dp, times * ops, &ar, d);
     if (st != SC_OK) return st;
+    c->dp_s += c->pp == 1 ? behind_backward(ar, bwd_hide, times * ops) : ar;
   }
   double ring = 0; /* cp's ring, every microbatch's on each stage */
   if (cp > 1) {

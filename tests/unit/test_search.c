@@ -365,19 +365,21 @@ static void test_zero_stages(void **state) {
      * and temporaries: 2.4 against 0.5 bytes an element, search.c) and
      * the two gathered blocks it holds: at least 1 byte an element */
     assert_true((double)(z[2].peak_bytes - z[3].peak_bytes) >= e);
-    /* communication: 1 and 2 the same; 3 below them, as the compiled
+    /* communication: 1 and 2 the same; 3 about as much, as the compiled
      * steps are: its gathers, one a block and region (bucket.c groups
-     * ZeRO-3's), against 1 and 2's gathers of the updated parameters,
-     * one a tensor (580 latencies over two nodes), outweigh the second
-     * gather's bytes (plan --train, the same mesh, SGD: fsdp 0.239 s
-     * against 0.320 s at batch 16, 0.224 against 0.310 at 128; AdamW at
-     * 16 0.257 against 0.319; the estimate, counting the 196 gathers
-     * the bf16 step runs, two a block and region, and the backward's
-     * bytes of the blocks alone, 0.269 against 0.273 and 0.259 against
-     * 0.273) */
+     * ZeRO-3's), against 1 and 2's gathers of the updated parameters, one
+     * a tensor (580 latencies over two nodes), about pay for its second
+     * gather's bytes, and the reduce-scatters of both hide behind the
+     * backward (ZeRO-3's beside its backward gathers). gpt_1p5b, the same
+     * mesh, bf16, AdamW (plan --train, 2026-12-07): exposed fsdp 0.248 s
+     * (ZeRO-2) and 0.263 s (ZeRO-3) at batch 16, 0.240 and 0.251 at 128;
+     * the estimate 0.270 and 0.272, 0.262 and 0.264. Until the
+     * reduce-scatters were hidden in the estimate (behind_backward) it
+     * had ZeRO-3 below ZeRO-2, as the compiled steps once were (0.239
+     * against 0.320 at batch 16, SGD) */
     assert_true(z[1].fsdp_s == z[2].fsdp_s);
     assert_true(z[1].optimizer_s == z[2].optimizer_s);
-    assert_true(z[3].fsdp_s < z[2].fsdp_s && z[3].fsdp_s > z[2].fsdp_s * 0.6);
+    assert_true(z[3].fsdp_s > z[2].fsdp_s * 0.9 && z[3].fsdp_s < z[2].fsdp_s * 1.2);
   }
 }
 
