@@ -918,15 +918,17 @@ static sc_status infer_estimate(const ctx *x, sc_search_cand *c, double cutoff, 
 static void block_values(const ctx *x, const sc_search_cand *c, double *all, double *keep);
 static double outside_saved(const ctx *x, const sc_search_cand *c);
 
-/* The gradient reductions of a step without a pipeline: each bucket's
- * collective starts when the backward has made its gradients and runs on
- * its communicator's queue beside the rest of the backward (the last
- * microbatch's: hide), so what is exposed is what the backward does not
- * hide, never less than the last bucket's (ops of them: it waits for the
- * backward's end). Counted whole until 2026-12-07: gpt_1p5b at dp=8
- * (h100-sxm:8x1, batch 64) had 32.5 ms of dp estimated, the queue's busy
- * time, against 12.6 exposed (simulated); fsdp=2,dp=4 ZeRO-3 11.3 ms of
- * dp against 0.8. */
+/* The gradient reductions of a step without a pipeline and without
+ * ZeRO-3 (reduce_behind): each bucket's collective starts when the
+ * backward has made its gradients and runs on its communicator's queue
+ * beside the rest of the backward (the last microbatch's: hide), so what
+ * is exposed is what the backward does not hide, never less than the
+ * last bucket's (ops of them: it waits for the backward's end). Counted
+ * whole until 2026-12-07: gpt_1p5b at dp=8 (h100-sxm:8x1, batch 64) had
+ * 32.5 ms of dp estimated, the queue's busy time, against 12.6 exposed
+ * (simulated); at fsdp=8 ZeRO-1 32.3 ms of fsdp against 14.5. */
+static bool reduce_behind(const sc_search_cand *c) { return c->pp == 1 && c->zero < 3; }
+
 static double behind_backward(double busy, double hide, double ops) {
   double last = busy / (ops > 1 ? ops : 1);
   return busy - hide > last ? busy - hide : last;
@@ -1116,7 +1118,7 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
     /* the experts' reduce-scatters (a bucket a block) and gathers */
     double xops = xbytes > 0 ? (double)Ls : 0, xg = expert_gathers(x, c, Ls);
     int64_t gr = both ? c->fsdp * ep : c->fsdp, n_gr = both ? span(c->tp, gr, P) : n_fs;
-    double ag = 0, ag_bwd = 0, ag_bwd_busy = 0;
+    double ag = 0, ag_bwd = 0;
     st = coll(x, SC_COLL_ALL_GATHER, times * (lbytes - xbytes), gr, n_gr,
               times * (fwd_gathers - xg), &ag, d);
     if (st == SC_OK)
@@ -1132,7 +1134,6 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
                 times * (bwd_gathers - xg), &ag_bwd, d);
       if (st == SC_OK)
         st = coll(x, SC_COLL_ALL_GATHER, times * xbytes, c->fsdp, n_fs, times * xg, &ag_bwd, d);
-      ag_bwd_busy = ag_bwd / times;
       ag_bwd = ag_bwd / times > bwd ? times * (ag_bwd / times - bwd) : 0;
     }
     ag += ag_bwd;
@@ -1140,12 +1141,12 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
     double rs = 0, rs_ops = times * (per_block + tied_scatters(x, c));
     if (st == SC_OK)
       st = coll(x, SC_COLL_REDUCE_SCATTER, times * (rbytes - xred), gr, n_gr, rs_ops, &rs, d);
-    /* without a pipeline or ZeRO-3 the reduce-scatters are once a step,
-     * behind the last microbatch's backward (with ZeRO-3's gathers on
-     * the same queue there) */
-    c->fsdp_s += c->pp == 1 && times == 1
-                     ? behind_backward(rs, bwd_hide > ag_bwd_busy ? bwd_hide - ag_bwd_busy : 0, rs_ops)
-                     : rs;
+    /* ZeRO-1 and 2 without a pipeline reduce-scatter once a step, behind
+     * the last microbatch's backward (behind_backward); ZeRO-3's share
+     * its queue with the backward's gathers and count whole (the
+     * GPT-175B shape at dp=8, fsdp=16, tp=8, h100-sxm:8x128: 3.40 s of
+     * its fsdp queue's 3.68 s exposed, simulated) */
+    c->fsdp_s += reduce_behind(c) ? behind_backward(rs, bwd_hide, rs_ops) : rs;
     if (st == SC_OK)
       st = coll(x, SC_COLL_REDUCE_SCATTER, times * xred, c->fsdp, n_fs, times * xops, &c->fsdp_s,
                 d);
@@ -1207,7 +1208,7 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
     double ar = 0;
     st = coll(x, SC_COLL_ALL_REDUCE, times * bytes, c->dp, n_dp, times * ops, &ar, d);
     if (st != SC_OK) return st;
-    c->dp_s += c->pp == 1 ? behind_backward(ar, bwd_hide, times * ops) : ar;
+    c->dp_s += reduce_behind(c) ? behind_backward(ar, bwd_hide, times * ops) : ar;
   }
   double ring = 0; /* cp's ring, every microbatch's on each stage */
   if (cp > 1) {
