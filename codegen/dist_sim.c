@@ -586,13 +586,17 @@ static sc_status stage_table(const sc_dist_program *dp, int32_t s, const sc_clus
       sc_step_buffers(p, x, touch, &t);
       double f[SC_PROFILE_KERNEL_TERMS] = {0};
       bool split = false;
-      if (x->kind == SC_STEP_KERNEL && x->kernel >= 0 && x->kernel < p->n_kernels)
+      bool own = x->kernel >= 0 && x->kernel < p->n_kernels;
+      if (x->kind == SC_STEP_KERNEL && own)
         sc_dist_kernel_features(p->kernels[x->kernel], f, &split);
+      /* a GEMM step with an epilogue kernel is named by that kernel */
+      const char *kind = x->kind != SC_STEP_GEMM ? "step" : own ? p->kernels[x->kernel]->name
+                                                                : "gemm";
       fprintf(stderr,
               "SHARDC_SIM_STEPS: stage %d step %d: %.3f us %s [%s] bytes %.0f visits %.0f ops %.0f "
               "transcendental %.0f gathered %.0f%s\n",
-              (int)s, (int)k, tab[k].s * 1e6, x->kind == SC_STEP_GEMM ? (x->kernel >= 0 ? p->kernels[x->kernel]->name : "gemm") : "step",
-              x->origin ? x->origin : "", t.bytes, f[0], f[1], f[2], f[3], split ? " split" : "");
+              (int)s, (int)k, tab[k].s * 1e6, kind, x->origin ? x->origin : "", t.bytes, f[0],
+              f[1], f[2], f[3], split ? " split" : "");
     }
   return st;
 }
