@@ -918,18 +918,18 @@ static sc_status infer_estimate(const ctx *x, sc_search_cand *c, double cutoff, 
 static void block_values(const ctx *x, const sc_search_cand *c, double *all, double *keep);
 static double outside_saved(const ctx *x, const sc_search_cand *c);
 
-/* The gradient reductions of a step without a pipeline and without
- * ZeRO-3 (reduce_behind): each bucket's collective starts when the
- * backward has made its gradients and runs on its communicator's queue
- * beside the rest of the backward (the last microbatch's: hide), so what
- * is exposed is what the backward does not hide, never less than the
- * last bucket's (ops of them: it waits for the backward's end). Counted
- * whole until 2026-12-07: gpt_1p5b at dp=8 (h100-sxm:8x1, batch 64) had
- * 32.5 ms of dp estimated, the queue's busy time, against 12.6 exposed
+/* The exposed part of c's gradient reductions that keep their queue
+ * `busy` in ops collectives. In a step without a pipeline and without
+ * ZeRO-3 each bucket's collective starts when the backward has made its
+ * gradients and runs on its communicator's queue beside the rest of the
+ * backward (the last microbatch's: hide), so what is exposed is what the
+ * backward does not hide, never less than the last bucket's (it waits
+ * for the backward's end); otherwise all of it. Counted whole everywhere
+ * until 2026-12-07: gpt_1p5b at dp=8 (h100-sxm:8x1, batch 64) had 32.5 ms
+ * of dp estimated, the queue's busy time, against 12.6 exposed
  * (simulated); at fsdp=8 ZeRO-1 32.3 ms of fsdp against 14.5. */
-static bool reduce_behind(const sc_search_cand *c) { return c->pp == 1 && c->zero < 3; }
-
-static double behind_backward(double busy, double hide, double ops) {
+static double behind_backward(const sc_search_cand *c, double busy, double hide, double ops) {
+  if (c->pp > 1 || c->zero >= 3) return busy;
   double last = busy / (ops > 1 ? ops : 1);
   return busy - hide > last ? busy - hide : last;
 }
@@ -990,7 +990,7 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
    * gathers into buckets (passes/partition/bucket.c): each tensor is
    * copied into its bucket and out of it, once a step (BUCKET_COPY_B,
    * BUCKET_SHARD_B) */
-  if (c->pp == 1 && c->dp * c->fsdp * ep_of(c) * (c->cp > 1 ? c->cp : 1) > 1) {
+  if (c->pp == 1 && ranks_of(c) > c->tp) {
     double e_blocks = e_stage - (double)bm->outside.params / (double)c->tp;
     double per = BUCKET_COPY_B + (c->fsdp > 1 ? BUCKET_SHARD_B / (double)c->fsdp : 0);
     c->compute_s += e_blocks * per / x->hbm * core_share(x, c);
@@ -1146,7 +1146,7 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
      * its queue with the backward's gathers and count whole (the
      * GPT-175B shape at dp=8, fsdp=16, tp=8, h100-sxm:8x128: 3.40 s of
      * its fsdp queue's 3.68 s exposed, simulated) */
-    c->fsdp_s += reduce_behind(c) ? behind_backward(rs, bwd_hide, rs_ops) : rs;
+    c->fsdp_s += behind_backward(c, rs, bwd_hide, rs_ops);
     if (st == SC_OK)
       st = coll(x, SC_COLL_REDUCE_SCATTER, times * xred, c->fsdp, n_fs, times * xops, &c->fsdp_s,
                 d);
@@ -1208,7 +1208,7 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
     double ar = 0;
     st = coll(x, SC_COLL_ALL_REDUCE, times * bytes, c->dp, n_dp, times * ops, &ar, d);
     if (st != SC_OK) return st;
-    c->dp_s += reduce_behind(c) ? behind_backward(ar, bwd_hide, times * ops) : ar;
+    c->dp_s += behind_backward(c, ar, bwd_hide, times * ops);
   }
   double ring = 0; /* cp's ring, every microbatch's on each stage */
   if (cp > 1) {
