@@ -37,27 +37,33 @@ static sc_mem_class class_of(const sc_program *p, int32_t r, const bool *grad,
   return SC_MEM_ACTIVATIONS;
 }
 
-/* Whether every node an origin names ("a,b,..") is a gradient node
- * ("…/grad/…"): a step of the backward alone. A kernel fused of the loss's
- * forward nodes and the first gradient nodes (which read only the labels)
- * may run anywhere in the forward (it does under cp) and does not begin
- * the backward. */
-static bool backward_only(const char *origin) {
+/* Whether every node an origin names ("a,b,..") has `part` in its name. */
+static bool every_name_has(const char *origin, const char *part) {
   if (!origin || !*origin) return false;
+  size_t n = strlen(part);
   for (const char *s = origin; s && *s;) {
     const char *end = strchr(s, ',');
     size_t len = end ? (size_t)(end - s) : strlen(s);
-    bool grad = false;
-    for (size_t i = 0; i + 6 <= len && !grad; i++) grad = memcmp(s + i, "/grad/", 6) == 0;
-    if (!grad) return false;
+    bool has = false;
+    for (size_t i = 0; i + n <= len && !has; i++) has = memcmp(s + i, part, n) == 0;
+    if (!has) return false;
     s = end ? end + 1 : NULL;
   }
   return true;
 }
 
+/* Whether every node an origin names is a gradient node ("…/grad/…"): a
+ * step of the backward alone. A kernel fused of the loss's forward nodes
+ * and the first gradient nodes (which read only the labels) may run
+ * anywhere in the forward (it does under cp) and does not begin the
+ * backward. */
+static bool backward_only(const char *origin) { return every_name_has(origin, "/grad/"); }
+
 /* m->saved (train_memory.h): the activation roots the memory plan keeps
  * live from before m->backward_step to it or later, on the device (an
- * offloaded value's host copy is not). */
+ * offloaded value's host copy is not), first written by the forward (not
+ * a bucket the backward's first gather packs ahead of it: ZeRO-3's
+ * prefetch during the LM head). */
 static sc_status saved_of(const sc_program *p, sc_train_memory *m, const bool *grad,
                           const bool *comm, sc_diag *d) {
   size_t n = (size_t)p->n_buffers + 1;
@@ -67,11 +73,22 @@ static sc_status saved_of(const sc_program *p, sc_train_memory *m, const bool *g
   int32_t k = m->backward_step;
   for (int32_t r = 0; st == SC_OK && r < p->n_buffers; r++)
     if (first[r] >= 0 && first[r] < k && last[r] >= k && p->buffers[r].kind != SC_BUF_HOST &&
-        class_of(p, r, grad, comm) == SC_MEM_ACTIVATIONS)
+        class_of(p, r, grad, comm) == SC_MEM_ACTIVATIONS &&
+        !backward_only(p->steps[first[r]].origin))
       m->saved += p->buffers[r].bytes;
   sc_free(first);
   sc_free(last);
   return st;
+}
+
+/* Whether step s computes the backward (backward_only), as opposed to
+ * fetching what it will read: a collective or its wait (a sequence
+ * parallel regather, a ZeRO-3 gather, which the overlap may start in the
+ * forward, ahead of the LM head), or the copies into a gather's bucket
+ * (passes/partition/bucket.c, ".../bucket/..."). */
+static bool begins_backward(const sc_step *s) {
+  return s->kind != SC_STEP_COMM && s->kind != SC_STEP_WAIT && backward_only(s->origin) &&
+         !every_name_has(s->origin, "/bucket/");
 }
 
 sc_status sc_train_memory_of(const sc_program *p, sc_train_memory *m, sc_diag *d) {
@@ -120,7 +137,7 @@ sc_status sc_train_memory_of(const sc_program *p, sc_train_memory *m, sc_diag *d
   }
   m->backward_step = -1;
   for (int32_t k = 0; st == SC_OK && k < p->n_steps && m->backward_step < 0; k++)
-    if (backward_only(p->steps[k].origin)) m->backward_step = k;
+    if (begins_backward(&p->steps[k])) m->backward_step = k;
   if (st == SC_OK && m->backward_step >= 0) st = saved_of(p, m, grad, comm, d);
   m->arena = p->arena_bytes;
   m->host = p->host_bytes;

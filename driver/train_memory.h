@@ -41,10 +41,12 @@ typedef struct sc_train_memory {
   int64_t arena;                    /* planned = allocated */
   int64_t constants;                /* CONST bytes, outside the arena */
   /* The activations saved for the backward: the bytes (unrounded) of the
-   * forward values live when the backward begins (at the first step of
-   * gradient nodes "…/grad/…" alone, backward_step; -1 and 0 without one) that a later
-   * step reads: what Korthikanti et al. count per layer; on the device
-   * (an offloaded value's host copy is not counted). */
+   * forward values live when the backward begins (at the first step that
+   * computes gradient nodes "…/grad/…" alone, backward_step, not a
+   * collective or a gather's bucket the overlap starts earlier; -1 and 0
+   * without one) that a later step reads: what Korthikanti et al. count
+   * per layer; on the device (an offloaded value's host copy is not
+   * counted). */
   int32_t backward_step;
   int64_t saved;
   /* Activation offloading (codegen/offload.c): the host pool (planned =

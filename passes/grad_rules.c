@@ -435,15 +435,31 @@ static sc_status grad_linear(sc_grad_ctx *c, int32_t dy, int32_t a, int32_t b) {
 
 /* The input gradient and the weight gradient of Y = A·B: two separate
  * product nodes (a zero-bubble schedule runs them apart), Gemms for a
- * linear layer, MatMuls otherwise. */
+ * linear layer, MatMuls otherwise. A product marked cp_rows (context
+ * parallelism beside a batch split, passes/partition/cp.c) keeps its rows'
+ * dims [b, S] in both: dA = dY·Bᵀ as a batched MatMul, dB the sum over b
+ * of the batched Aᵀ·dY, each split over the batch and the sequence as the
+ * forward is (their merge into one dim of rows cannot hold both splits). */
 sc_status sc_grad_matmul(sc_grad_ctx *c) {
   int32_t dy = c->dy[0], a = in_v(c, 0), b = in_v(c, 1);
   if (dy < 0) return SC_OK;
-  if (c->g->values[b].rank == 2 && c->g->values[a].rank >= 2 && c->g->values[b].dims[0] > 0)
+  bool rows = sc_attr_int(c->g, gb_fwd(c), "cp_rows", 0) != 0;
+  if (c->g->values[b].rank == 2 && c->g->values[a].rank >= 2 && c->g->values[b].dims[0] > 0 &&
+      !rows)
     return grad_linear(c, dy, a, b);
+  bool da = c->want[0]; /* dA still to build */
+  if (rows && da && c->g->values[b].rank == 2) {
+    /* dA = dY · Bᵀ, B read untransposed when it is a Transpose (a tied LM
+     * head's weight): its forward copy is then not kept for the backward */
+    bool t = true;
+    int32_t w = untransposed(c, b, &t);
+    if ((c->dx[0] = gb_2(c, SC_OP_MATMUL, dy, t ? gb_swap_last(c, w) : w)) < 0)
+      return c->g->diag.status;
+    da = false;
+  }
   int32_t am = as_matrix(c, a, true), bm = as_matrix(c, b, false);
   int32_t dym = dy_matrix(c, dy, a, b);
-  if (c->want[0]) { /* dA = dY · Bᵀ */
+  if (da) { /* dA = dY · Bᵀ */
     int32_t g = gb_2(c, SC_OP_MATMUL, dym, gb_swap_last(c, bm));
     if ((c->dx[0] = gb_unbroadcast(c, g, a)) < 0) return c->g->diag.status;
   }

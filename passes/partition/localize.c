@@ -939,21 +939,31 @@ static void seq_parallel(lz *z, sc_shard_ctx *c) {
   }
 }
 
-/* A node where a split ends: an input arrives split but the rule (or its
- * checked fallback, shard_rules.c) wants it less split while no output
- * leaves split or partial, so every rank gathers it and computes the whole
- * node. Recorded as a fallback (partition.h) for `shardc plan` to list. */
+/* A node where a split ends: an input arrives split over some axes but
+ * the rule (or its checked fallback, shard_rules.c) wants it less split,
+ * and no output leaves split or partial over any of the axes it loses, so
+ * every rank of those axes gathers it and computes the whole node (an
+ * output may stay split over others: a head reshape that tp's split cannot
+ * cross, on a batch split over dp, is computed whole over tp), but for
+ * sequence parallelism's gathers. Recorded as a fallback (partition.h) for
+ * `shardc plan` to list. */
 static sc_status note_rule_fallback(lz *z, const sc_node *n, const sc_sharding *in,
                                     const sc_sharding *want, const sc_sharding *out) {
+  sc_axes kept = 0; /* the axes some output is split or partial over */
   for (int32_t j = 0; j < n->n_outputs; j++)
-    if (n->outputs[j] >= 0 && !sc_sharding_is_replicated(&out[j])) return SC_OK;
+    if (n->outputs[j] >= 0) kept |= sc_sharding_dim_axes(&out[j]) | out[j].partial;
   for (int32_t i = 0; i < n->n_inputs; i++) {
     sc_axes had = n->inputs[i] >= 0 ? sc_sharding_dim_axes(&in[i]) : 0;
-    if (!had || (sc_sharding_dim_axes(&want[i]) & had) == had) continue;
+    sc_axes lost = had & ~sc_sharding_dim_axes(&want[i]) & ~kept;
+    /* sequence parallelism's all-gather of the tokens over tp (before a
+     * column-parallel product, or in the backward of a reduce-scatter):
+     * the plan's, the work after it split again */
+    if (lost && gathers_sequence(z, n->inputs[i], &want[i])) lost &= ~(1u << z->p->tp_axis);
+    if (!lost) continue;
     char axes[128] = "";
     size_t pos = 0;
     for (int32_t a = 0; a < z->m->n_axes; a++) {
-      if (!(had & (1u << a))) continue;
+      if (!(lost & (1u << a))) continue;
       int w = snprintf(axes + pos, sizeof axes - pos, "%s%s", pos ? "," : "", z->m->axes[a].name);
       if (w < 0 || (size_t)w >= sizeof axes - pos) break;
       pos += (size_t)w;

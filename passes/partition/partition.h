@@ -169,9 +169,13 @@ sc_status sc_partition_batch_error(sc_partition *p, const sc_value *v, const int
  * the lower one is 0), into buf: the words of sc_partition_batch_error,
  * shared with the planner's search. */
 void sc_partition_batches_that_divide(int64_t b, int64_t parts, char *buf, size_t n);
+/* The most nodes computed whole that sc_partition_print_fallbacks names
+ * (the JSON plans list every one). */
+#define SC_FALLBACK_NODES_SHOWN 12
 /* Prints the fallbacks, one per line, each line starting with prefix (e.g.
- * "shardc: warning: "), after a first line saying how many there are; nothing
- * when there are none. */
+ * "shardc: warning: "), after a first line saying how many there are: every
+ * value not split, the first SC_FALLBACK_NODES_SHOWN nodes computed whole
+ * and a line counting the rest; nothing when there are none. */
 void sc_partition_print_fallbacks(const sc_partition *p, FILE *f, const char *prefix);
 /* Prints "PREFIXsequence 17 padded to 18 for cp=2: 1 masked key" when the
  * sequence split over cp is padded (cp.c); nothing otherwise. */

@@ -340,10 +340,22 @@ static sc_axes contract(sc_shard_ctx *c, mm_dims p) {
   sc_axes used = 0, kaxes = 0;
   sc_sharding_replicated(wa, va->rank);
   sc_sharding_replicated(wb, vb->rank);
-  if (a->n_dim_axes[p.ak] && same_dim(a, p.ak, b, p.bk)) {
-    kaxes = dim_mask(a, p.ak);
+  /* K stays split over the axes both sides' lists begin with (the whole
+   * list when they are the same): a side split further (the sequence
+   * parallel output gradient [b, (cp,tp), n] against the input's [b, k, cp]
+   * in a weight's gradient under cp) is gathered over the rest alone */
+  int32_t kn = 0;
+  if (sc_sharding_stride(a, p.ak) == sc_sharding_stride(b, p.bk))
+    while (kn < a->n_dim_axes[p.ak] && kn < b->n_dim_axes[p.bk] &&
+           a->dim_axes[p.ak][kn] == b->dim_axes[p.bk][kn])
+      kn++;
+  if (kn > 0 && ((kn == a->n_dim_axes[p.ak] && kn == b->n_dim_axes[p.bk]) ||
+                 sc_sharding_stride(a, p.ak) == 1)) {
     sc_shard_copy_dim(wa, p.ak, a, p.ak);
     sc_shard_copy_dim(wb, p.bk, b, p.bk);
+    for (int32_t k = kn; k < SC_MESH_MAX_AXES; k++) wa->dim_axes[p.ak][k] = wb->dim_axes[p.bk][k] = 0;
+    wa->n_dim_axes[p.ak] = wb->n_dim_axes[p.bk] = (uint8_t)kn;
+    kaxes = dim_mask(wa, p.ak);
     used = kaxes;
   }
   for (int32_t od = 0; od < r - 2; od++) { /* batch dims: first split wins */
@@ -962,7 +974,21 @@ sc_status sc_shard_scatter_nd(sc_shard_ctx *c) {
     sc_sharding_replicated(&c->want[0], data->rank);
     sc_sharding_replicated(&c->want[1], idx->rank);
     sc_sharding_replicated(&c->want[2], upd->rank);
-    c->want[0].partial = c->want[2].partial = pend;
+    /* updates' rows split too (a position table's gradient under fsdp x
+     * cp: pending over fsdp, its rows over cp) stay split, whole indices
+     * sliced alike, and the sum pends over their axes as well */
+    sc_axes rows = 0;
+    for (int32_t d = 0; d < idx->rank - 1 && d < upd->rank; d++) {
+      sc_axes ax = dim_mask(&c->in[2], d);
+      if (!ax || (ax & (pend | rows)) || c->in[1].n_dim_axes[d] ||
+          sc_sharding_stride(&c->in[2], d) != 1 || idx->dims[d] != upd->dims[d])
+        continue;
+      sc_shard_copy_dim(&c->want[1], d, &c->in[2], d);
+      sc_shard_copy_dim(&c->want[2], d, &c->in[2], d);
+      rows |= ax;
+    }
+    c->want[0].partial = pend | rows;
+    c->want[2].partial = pend;
     c->out[0] = c->want[0];
     return SC_OK;
   }
