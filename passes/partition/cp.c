@@ -206,6 +206,13 @@ static int32_t new_node1(sc_graph *g, sc_op op, const char *base, const int32_t 
  * (sc_grad_matmul), not as a linear layer over merged rows, whose [b·S]
  * would gather the sequence over cp and compute every product's gradients
  * whole on each cp rank. */
+/* Marks node nid cp_rows = 1 (products_3d); false out of memory. */
+static bool mark_cp_rows(sc_graph *g, int32_t nid) {
+  sc_attr *a = sc_node_add_attr(g, nid, "cp_rows", SC_ATTR_INT);
+  if (a) a->i = 1;
+  return a != NULL;
+}
+
 static sc_status products_3d(sc_graph *g) {
   int32_t n_nodes = g->n_nodes;
   for (int32_t i = 0; i < n_nodes; i++) {
@@ -213,9 +220,7 @@ static sc_status products_3d(sc_graph *g) {
     if (gm->op == SC_OP_MATMUL && !(gm->flags & SC_NODE_DEAD) && gm->n_inputs == 2 &&
         gm->inputs[0] >= 0 && gm->inputs[1] >= 0 && g->values[gm->inputs[0]].rank == 3 &&
         g->values[gm->inputs[1]].rank == 2) {
-      sc_attr *keep = sc_node_add_attr(g, i, "cp_rows", SC_ATTR_INT);
-      if (!keep) return SC_ERR_NOMEM;
-      keep->i = 1;
+      if (!mark_cp_rows(g, i)) return SC_ERR_NOMEM;
       continue;
     }
     if (gm->op != SC_OP_GEMM || (gm->flags & SC_NODE_DEAD) || gm->n_inputs < 2 ||
@@ -247,10 +252,7 @@ static sc_status products_3d(sc_graph *g) {
     }
     int32_t m = new_node1(g, SC_OP_MATMUL, base, (int32_t[]){xid, w}, 2);
     /* its gradients keep [b, S] too (grad_rules.c's sc_grad_matmul) */
-    sc_attr *keep = m >= 0 ? sc_node_add_attr(g, g->values[m].producer, "cp_rows", SC_ATTR_INT)
-                           : NULL;
-    if (keep) keep->i = 1;
-    if (m >= 0 && !keep) return SC_ERR_NOMEM;
+    if (m >= 0 && !mark_cp_rows(g, g->values[m].producer)) return SC_ERR_NOMEM;
     if (m >= 0 && c >= 0) m = new_node1(g, SC_OP_ADD, base, (int32_t[]){m, c}, 2);
     if (m < 0) return g->diag.status != SC_OK ? g->diag.status : SC_ERR_NOMEM;
     sc_node *id = &g->nodes[r2];

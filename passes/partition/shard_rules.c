@@ -353,7 +353,6 @@ static sc_axes contract(sc_shard_ctx *c, mm_dims p) {
                  sc_sharding_stride(a, p.ak) == 1)) {
     sc_shard_copy_dim(wa, p.ak, a, p.ak);
     sc_shard_copy_dim(wb, p.bk, b, p.bk);
-    for (int32_t k = kn; k < SC_MESH_MAX_AXES; k++) wa->dim_axes[p.ak][k] = wb->dim_axes[p.bk][k] = 0;
     wa->n_dim_axes[p.ak] = wb->n_dim_axes[p.bk] = (uint8_t)kn;
     kaxes = dim_mask(wa, p.ak);
     used = kaxes;
