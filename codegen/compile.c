@@ -81,9 +81,9 @@ sc_status sc_compile_graph(sc_graph *g, const sc_compile_opts *o, sc_program **o
   /* without fuse every node is its own group */
   sc_codegen_register_passes();
   char list[256];
-  snprintf(list, sizeof list, "%s%s", o->skip_canonical ? "" : SC_CANONICAL_PASSES,
-           !o->fuse ? "" : o->skip_canonical ? "fuse" : ",fuse");
-  sc_status st = list[0] ? sc_run_passes(g, list, &po) : SC_OK;
+  snprintf(list, sizeof list, "%s%sscatter-sum%s", o->skip_canonical ? "" : SC_CANONICAL_PASSES,
+           o->skip_canonical ? "" : ",", o->fuse ? ",fuse" : "");
+  sc_status st = sc_run_passes(g, list, &po);
   if (st != SC_OK) {
     *diag = g->diag;
     return st;

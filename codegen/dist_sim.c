@@ -287,6 +287,20 @@ static bool fp8_matmul(const sc_cluster *c, const sc_program *p, const sc_gemm *
                               p->buffers[g->b8].dtype);
 }
 
+/* Whether SCATTER_ADD step x adds its rows in its data's own storage:
+ * memplan gave its output the data's slot (a state pair such as accum:P
+ * and new:accum:P, or the data's last read: codegen/memplan.c), and both
+ * runtimes then copy nothing. Its time is the rows' then: the updates
+ * read, the rows they add to read and written, and the indices. */
+static bool scatter_in_place(const sc_program *p, const sc_scatter_step *x) {
+  if (x->data < 0 || x->out < 0 || x->data >= p->n_buffers || x->out >= p->n_buffers) return false;
+  if (x->data == x->out) return true;
+  const sc_buffer *a = &p->buffers[x->data], *b = &p->buffers[x->out];
+  bool arena_a = a->kind == SC_BUF_INPUT || a->kind == SC_BUF_OUTPUT || a->kind == SC_BUF_TEMP;
+  bool arena_b = b->kind == SC_BUF_INPUT || b->kind == SC_BUF_OUTPUT || b->kind == SC_BUF_TEMP;
+  return arena_a && arena_b && a->offset >= 0 && a->offset == b->offset && a->bytes == b->bytes;
+}
+
 sc_status sc_dist_step_compute_time(const sc_cluster *c, const sc_program *p, const sc_step *st,
                                     double *seconds, double *flops, sc_diag *d) {
   *seconds = *flops = 0;
@@ -360,6 +374,8 @@ sc_status sc_dist_step_compute_time(const sc_cluster *c, const sc_program *p, co
       return sc_cost_kernel_time(c, kernel_bytes(p, p->kernels[st->kernel]), f, split, seconds,
                                  d);
     }
+    if (st->kind == SC_STEP_SCATTER_ADD && scatter_in_place(p, &st->scatter))
+      t.bytes = buffer_bytes(p, st->scatter.indices) + 3 * buffer_bytes(p, st->scatter.updates);
     return sc_cost_memory_time(c, t.bytes, seconds, d);
   }
   }

@@ -49,6 +49,10 @@ static const sc_pass_info registry[] = {
     {"dce", sc_pass_dce,
      "nothing",
      "every node and constant feeds a graph output; graph inputs kept", false},
+    {"scatter-sum", sc_pass_scatter_sum,
+     "static shapes (infer-shapes); run by compile after the canonical passes",
+     "no Add reads a scatter-add into zeros that reaches it alone: the scatter adds "
+     "into the other addend (passes/scatter_sum.c)", false},
     /* then those of higher layers, in registration order (fuse) */
 };
 enum { MAX_REGISTERED = 32 };

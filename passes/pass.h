@@ -24,6 +24,10 @@
  *   fuse-gelu    each GELU written out in elementary ops (tanh or erf form)
  *                becomes one Gelu node (passes/fuse_gelu.c)
  *   dce          removes nodes and constants no graph output depends on
+ *
+ * Compiling a graph (codegen/compile.c) then runs scatter-sum (a sum of a
+ * scatter-add into zeros and another tensor becomes a scatter-add into
+ * that tensor: passes/scatter_sum.c) and fuse.
  */
 #ifndef SC_PASSES_PASS_H
 #define SC_PASSES_PASS_H
@@ -96,6 +100,7 @@ sc_status sc_pass_dce(sc_graph *g, const sc_pass_opts *opts);
 sc_status sc_pass_fuse_attention(sc_graph *g, const sc_pass_opts *opts);
 sc_status sc_pass_fuse_norm(sc_graph *g, const sc_pass_opts *opts);
 sc_status sc_pass_fuse_gelu(sc_graph *g, const sc_pass_opts *opts);
+sc_status sc_pass_scatter_sum(sc_graph *g, const sc_pass_opts *opts);
 
 
 /* Shared by infer-shapes and fold: evaluates node n when its op has an eval

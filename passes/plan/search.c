@@ -100,14 +100,18 @@ enum { COMM_LOW_B = 2 };
  * split form's 24 and 118 B charged it 5 times its backward. */
 /* The lookups' gradient (an embedding's), a microbatch, per element of
  * the whole table (block_model's lookup_elems): the compiled step builds
- * it dense in f32, zeroed (4 B) and scatter-added (read and write, 8 B),
- * and a tensor-parallel step slices the rank's vocabulary shard out of it
- * (4 B more). Simulated 2026-12-06 (SHARDC_SIM_STEPS): the GPT-175B
- * shape's [50257, 12288] table at tp=8 3.15 ms a microbatch with its
- * positions' [2048, 12288] (16.4 and 12.2 B an element), gpt_1p5b's at
- * tp=8 0.40 ms (13.3 B). Not modelled until then: the estimate counted
- * the lookup's forward bytes for its backward. */
-#define LOOKUP_GRAD_B 12.0
+ * it dense in f32, zeroed (4 B), the rows scatter-added in place, and a
+ * tensor-parallel step slices the rank's vocabulary shard out of it (4 B
+ * more). Where the step adds that gradient to another whole one (the
+ * accumulator of the microbatches, a tied LM head's gradient on the same
+ * rank), passes/scatter_sum.c scatters the rows into that instead: no
+ * table-sized pass at all. Simulated 2026-12-06 (SHARDC_SIM_STEPS), before
+ * the scatter ran in place and before scatter-sum: the GPT-175B shape's
+ * [50257, 12288] table at tp=8 3.15 ms a microbatch with its positions'
+ * [2048, 12288] (16.4 and 12.2 B an element), gpt_1p5b's at tp=8 0.40 ms
+ * (13.3 B), then charged 12 B (zeroed, the scatter's copy read and
+ * written) and the slice. */
+#define LOOKUP_ZERO_B 4.0
 #define LOOKUP_SLICE_B 4.0
 #define LOSS_WHOLE_FWD_B 18.0
 #define LOSS_WHOLE_BWD_B 22.0
@@ -362,6 +366,13 @@ static double gemm_comm_b(const ctx *x) {
   return x->o->dtype != SC_CLUSTER_FP32 ? COMM_LOW_B : PARAM_B;
 }
 
+/* Whether the embedding is tied to the LM head (a tied [vocab, hidden]). */
+static bool tied_head(const sc_block_model *bm) {
+  for (int32_t i = 0; i < bm->n_tied; i++)
+    if (bm->tied_dims[i][0] == bm->vocab && bm->tied_dims[i][1] == bm->hidden) return true;
+  return false;
+}
+
 /* Whether the compiled step keeps the residual stream split over tp (on
  * its hidden dim) between the products without sequence parallelism: a
  * tied embedding whose vocabulary tp does not divide is stored split on
@@ -370,10 +381,7 @@ static double gemm_comm_b(const ctx *x) {
  * rank's columns and the stream stays so, reduced and sliced after each
  * row-parallel product and all-gathered for each norm. */
 static bool stream_split(const sc_block_model *bm, const sc_search_cand *c) {
-  if (c->tp < 2 || c->sequence_parallel || vocab_split(bm, c) > 1) return false;
-  for (int32_t i = 0; i < bm->n_tied; i++)
-    if (bm->tied_dims[i][0] == bm->vocab && bm->tied_dims[i][1] == bm->hidden) return true;
-  return false;
+  return c->tp >= 2 && !c->sequence_parallel && vocab_split(bm, c) <= 1 && tied_head(bm);
 }
 
 /* What tensor parallelism divides the LM head's and the loss's work by:
@@ -556,6 +564,18 @@ static sc_status tp_experts(const ctx *x, sc_search_cand *c, double M, int64_t L
   return st;
 }
 
+/* Bytes per table element of the lookups' gradient a microbatch (see
+ * LOOKUP_ZERO_B): none where scatter-sum adds the rows into the
+ * accumulator (the step accumulates microbatches, and ZeRO-3 does not
+ * reduce-scatter each microbatch's gradient first) or into the tied LM
+ * head's gradient (no pipeline: the head is on the same rank). */
+static double lookup_grad_b(const ctx *x, const sc_search_cand *c) {
+  if (c->tp > 1) return LOOKUP_ZERO_B + LOOKUP_SLICE_B;
+  bool accumulates = c->microbatches > 1 && c->zero < 3;
+  if (accumulates || (c->pp == 1 && tied_head(x->bm))) return 0;
+  return LOOKUP_ZERO_B;
+}
+
 /* Per microbatch on one rank of the critical stage: one block's forward
  * and the recomputed part, and the outside part's forward. */
 typedef struct mb_times {
@@ -735,8 +755,7 @@ static sc_status block_times(const ctx *x, const sc_search_cand *c, mb_times *t,
   t->outside_fwd = og + omem + logits * loss_fwd / x->hbm;
   t->outside_bwd = og + og_w + MEM_BACKWARD_FACTOR * omem + logits * loss_bwd / x->hbm;
   t->outside_weight = og_w;
-  t->lookup_bwd =
-      ou->lookup_elems * (LOOKUP_GRAD_B + (c->tp > 1 ? LOOKUP_SLICE_B : 0)) / x->hbm;
+  t->lookup_bwd = ou->lookup_elems * lookup_grad_b(x, c) / x->hbm;
   double share = core_share(x, c);
   t->block_fwd *= share, t->block_re *= share, t->outside_fwd *= share;
   t->block_bwd *= share, t->outside_bwd *= share, t->block_gemm *= share;

@@ -1,5 +1,5 @@
 /* test_passes.c — the pass manager and the canonical passes (bind-dims,
- * infer-shapes, fold, fuse-norm, dce) and the IR verifier.
+ * infer-shapes, fold, fuse-norm, dce), scatter-sum and the IR verifier.
  *
  * Graphs are written as textual IR (parsed by ir/parse.c) or built through
  * the graph API when the test needs a graph the parser would refuse (a broken
@@ -146,6 +146,70 @@ static void test_fold_output_becomes_const(void **state) {
 
 /* dce: unused branches and constants go, unused graph inputs stay, every
  * output of a live node stays. Built through the API. */
+/* scatter-sum: y = Add(x, Identity(ScatterND(zeros, i, u, add))) becomes
+ * y = ScatterND(x, i, u, add); the zeros (Expand, then a Mul by a finite
+ * scalar as the partitioner writes a pending sum's share), the Identity
+ * and the first scatter are removed. %KEEP stands for what must keep the
+ * rewrite from happening. */
+static sc_graph *scatter_sum_graph(const char *keep) {
+  char text[2048];
+  snprintf(text, sizeof text,
+           "shardc.ir 1\ngraph \"g\" opset 17 {\n"
+           "  input %%x : f32[6,3]\n"
+           "  input %%i : i64[4,1]\n"
+           "  input %%u : f32[4,3]\n"
+           "  input %%b : f32[1,3]\n"
+           "  const %%zero : f32[] = [0.0]\n"
+           "  const %%two : f32[] = [%s]\n"
+           "  const %%shape : i64[2] = [6, 3]\n"
+           "  %%z = Expand(%%zero, %%shape) \"expand\"\n"
+           "  %%z2 = Mul(%%z, %%two) \"scale\"\n"
+           "  %%s = ScatterND(%%z2, %%i, %%u) {reduction = \"%s\"} \"scatter\"\n"
+           "  %%s1 = Identity(%%s) \"id\"\n"
+           "  %%y = Add(%s, %%s1) \"sum\"\n"
+           "  output %%y\n%s"
+           "}\n",
+           strcmp(keep, "nan") == 0 ? "nan" : "2.0", strcmp(keep, "none") == 0 ? "none" : "add",
+           strcmp(keep, "broadcast") == 0 ? "%b" : "%x",
+           strcmp(keep, "x read twice") == 0 ? "  output %x\n" : "");
+  return parse_ok(text);
+}
+
+static void test_scatter_sum(void **state) {
+  (void)state;
+  sc_pass_opts po;
+  quiet_opts(&po);
+  sc_graph *g = scatter_sum_graph("");
+  run_passes_ok(g, "infer-shapes,scatter-sum", &po);
+  assert_int_equal(g->n_nodes, 1);
+  const sc_node *n = sc_nod(g, 0);
+  assert_int_equal(n->op, SC_OP_SCATTER_ND);
+  assert_string_equal(sc_attr_string(g, n, "reduction", ""), "add");
+  assert_int_equal(n->n_inputs, 3);
+  assert_int_equal(n->inputs[0], sc_graph_find_value(g, "x"));
+  assert_int_equal(n->inputs[1], sc_graph_find_value(g, "i"));
+  assert_int_equal(n->inputs[2], sc_graph_find_value(g, "u"));
+  assert_int_equal(n->outputs[0], sc_graph_find_value(g, "y"));
+  assert_int_equal(g->outputs[0], n->outputs[0]);
+  assert_int_equal(sc_graph_find_value(g, "z"), -1);
+  assert_int_equal(sc_graph_find_value(g, "s"), -1);
+  assert_int_equal(sc_graph_find_value(g, "zero"), -1);
+  assert_int_equal(sc_graph_verify(g, true), SC_OK);
+  sc_graph_destroy(g);
+  /* x read elsewhere too (adding in its storage would change what that
+   * reads), a scatter that replaces rows, zeros times NaN (not zeros), a
+   * sum that broadcasts: left as they are */
+  const char *keep[] = {"x read twice", "none", "nan", "broadcast"};
+  for (size_t k = 0; k < sizeof keep / sizeof *keep; k++) {
+    g = scatter_sum_graph(keep[k]);
+    run_passes_ok(g, "infer-shapes,scatter-sum", &po);
+    assert_int_equal(g->n_nodes, 5);
+    assert_int_equal(count_op(g, SC_OP_ADD), 1);
+    assert_int_equal(count_op(g, SC_OP_SCATTER_ND), 1);
+    sc_graph_destroy(g);
+  }
+}
+
 static void test_dce(void **state) {
   (void)state;
   sc_graph *g = sc_graph_create("dce");
@@ -492,12 +556,13 @@ static void test_unknown_pass(void **state) {
   assert_string_equal(reg[3].name, "fuse-attention");
   assert_string_equal(reg[4].name, "fuse-norm");
   assert_string_equal(reg[5].name, "fuse-gelu");
-  assert_string_equal(reg[7].name, "fuse");
-  assert_null(reg[8].name);
+  assert_string_equal(reg[7].name, "scatter-sum");
+  assert_string_equal(reg[8].name, "fuse");
+  assert_null(reg[9].name);
   sc_pass_info clash = {"fold", sc_pass_dce, "", "", false};
   assert_int_equal(sc_pass_register(&clash), SC_ERR_USAGE);
-  assert_int_equal(sc_pass_register(&reg[7]), SC_OK);
-  assert_null(reg[8].name);
+  assert_int_equal(sc_pass_register(&reg[8]), SC_OK);
+  assert_null(reg[9].name);
   sc_graph_destroy(g);
 }
 
@@ -592,6 +657,7 @@ int main(void) {
       cmocka_unit_test(test_fold_shape_chain),
       cmocka_unit_test(test_infer_then_fold),
       cmocka_unit_test(test_fold_output_becomes_const),
+      cmocka_unit_test(test_scatter_sum),
       cmocka_unit_test(test_dce),
       cmocka_unit_test(test_verifier),
       cmocka_unit_test(test_fuse_norm),
