@@ -291,7 +291,9 @@ static bool fp8_matmul(const sc_cluster *c, const sc_program *p, const sc_gemm *
  * memplan gave its output the data's slot (a state pair such as accum:P
  * and new:accum:P, or the data's last read: codegen/memplan.c), and both
  * runtimes then copy nothing. Its time is the rows' then: the updates
- * read, the rows they add to read and written, and the indices. */
+ * and the indices read, the rows they add to read and written (at most
+ * the data's bytes: updates that outnumber the rows, a bucket's pieces
+ * summed into it, add into rows read already). */
 static bool scatter_in_place(const sc_program *p, const sc_scatter_step *x) {
   if (x->data < 0 || x->out < 0 || x->data >= p->n_buffers || x->out >= p->n_buffers) return false;
   if (x->data == x->out) return true;
@@ -374,8 +376,10 @@ sc_status sc_dist_step_compute_time(const sc_cluster *c, const sc_program *p, co
       return sc_cost_kernel_time(c, kernel_bytes(p, p->kernels[st->kernel]), f, split, seconds,
                                  d);
     }
-    if (st->kind == SC_STEP_SCATTER_ADD && scatter_in_place(p, &st->scatter))
-      t.bytes = buffer_bytes(p, st->scatter.indices) + 3 * buffer_bytes(p, st->scatter.updates);
+    if (st->kind == SC_STEP_SCATTER_ADD && scatter_in_place(p, &st->scatter)) {
+      double u = buffer_bytes(p, st->scatter.updates), x = buffer_bytes(p, st->scatter.data);
+      t.bytes = buffer_bytes(p, st->scatter.indices) + u + 2 * (u < x ? u : x);
+    }
     return sc_cost_memory_time(c, t.bytes, seconds, d);
   }
   }
