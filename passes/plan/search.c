@@ -392,16 +392,35 @@ static bool stream_split(const sc_block_model *bm, const sc_search_cand *c) {
   return c->tp >= 2 && !c->sequence_parallel && vocab_split(bm, c) <= 1 && tied_head(bm);
 }
 
+/* Whether sequence parallelism's split of the LM head's rows is gathered
+ * before the head, a vocabulary tp does not divide: the head flattens its
+ * input [batch, seq, hidden] to rows (passes/train.c, matmul_transposed),
+ * and rows whose batch a data axis splits and whose sequence tp splits
+ * have no sharding (each rank's rows are a piece of every one of its
+ * sequences, within its own sequences only), so the partitioner
+ * all-gathers the sequence over tp there: every tp rank computes the
+ * head and the loss over its data rank's whole microbatch. Read from
+ * --print-after=localize (the GPT-2 graph at vocabulary 1001, dp=2, tp=2,
+ * sequence parallel) and the simulated GPT-175B step of
+ * bench/bench_planner.py (pp=16, dp=8, tp=8, interleaved: the head's
+ * product 9.59 ms a microbatch, over all 6,144 rows). */
+static bool head_rows_gathered(const sc_block_model *bm, const sc_search_cand *c) {
+  return c->tp > 1 && c->sequence_parallel && vocab_split(bm, c) <= 1 && c->dp * c->fsdp > 1;
+}
+
 /* What tensor parallelism divides the LM head's and the loss's work by:
  * vocab_split's tp, or, where tp does not divide the vocabulary, tp under
- * sequence parallelism, which leaves the head's input split on its rows:
+ * sequence parallelism where no data axis splits the batch
+ * (head_rows_gathered), which leaves the head's input split on its rows:
  * the compiled step all-gathers the weight (split on its hidden dim) and
  * computes the rank's rows against the whole vocabulary (the loss too),
  * all-gathers the logits' gradient for the input gradient's product and
  * reduce-scatters the weight's partial gradient (tp_outside); else 1. */
 static double head_split(const sc_block_model *bm, const sc_search_cand *c) {
   double vs = vocab_split(bm, c);
-  return vs > 1 || !(c->sequence_parallel && c->tp > 1) ? vs : (double)c->tp;
+  return vs > 1 || !(c->sequence_parallel && c->tp > 1) || head_rows_gathered(bm, c)
+             ? vs
+             : (double)c->tp;
 }
 
 /* tp's collectives in an inference step's blocks into c->tp_s: ops
@@ -469,7 +488,9 @@ static double rank_mbs(const ctx *x, const sc_search_cand *c);
  * sequence parallel), per microbatch, as the compiled step has them. At
  * the LM head: its weight, split on its hidden dim, all-gathered for the
  * forward (in the GEMM dtype), and the logits' gradient (every row, the
- * whole vocabulary) for the input gradient's product; the weight's partial
+ * whole vocabulary) for the input gradient's product, or where the rows
+ * are gathered (head_rows_gathered) the rows and the input gradient's
+ * all-to-all; the weight's partial
  * gradient is reduce-scattered in buckets behind that product and the
  * blocks' backward (not counted). At the embedding: its output all-gathered
  * for the first norm, and the table's partial gradient (f32) reduce-
@@ -491,12 +512,24 @@ static sc_status tp_head_rows(const ctx *x, sc_search_cand *c, double M, double 
   double rows = rank_mbs(x, c) * (double)bm->seq; /* the microbatch's rows, all ranks' */
   double head = 0, embed = 0;
   sc_status st = coll(x, SC_COLL_ALL_GATHER, M * table * cb, c->tp, n_tp, M, &head, d);
-  if (st == SC_OK)
+  if (st == SC_OK && head_rows_gathered(bm, c)) {
+    /* the rows gathered (in the graph's dtype) for the whole head, and
+     * its input gradient's columns all-to-all'd back onto the sequence:
+     * the logits' gradient is whole already */
+    st = coll(x, SC_COLL_ALL_GATHER, M * act, c->tp, n_tp, M, &head, d);
+    if (st == SC_OK) st = coll(x, SC_COLL_ALL_TO_ALL, M * act, c->tp, n_tp, M, &head, d);
+  } else if (st == SC_OK) {
     st = coll(x, SC_COLL_ALL_GATHER, M * rows * (double)bm->vocab * cb, c->tp, n_tp, M, &head,
               d);
+  }
   if (st == SC_OK) st = coll(x, SC_COLL_ALL_GATHER, M * act, c->tp, n_tp, M, &embed, d);
-  if (st == SC_OK)
-    st = coll(x, SC_COLL_REDUCE_SCATTER, M * table * PARAM_B, c->tp, n_tp, M, &embed, d);
+  /* the table's partial gradient: reduce-scattered onto the rank's
+   * columns, or where the rows are gathered and no pipeline accumulates
+   * it, all-reduced whole with the head's (the two partial sums reduced
+   * apart before their sum is sliced: test_time_estimate.py's dp=2, tp=4) */
+  sc_coll_kind table_k = head_rows_gathered(bm, c) && c->pp == 1 ? SC_COLL_ALL_REDUCE
+                                                                 : SC_COLL_REDUCE_SCATTER;
+  if (st == SC_OK) st = coll(x, table_k, M * table * PARAM_B, c->tp, n_tp, M, &embed, d);
   c->tp_s += c->pp > 1 ? (head > embed ? head : embed) : head + embed;
   return st;
 }
@@ -518,7 +551,8 @@ static sc_status tp_outside(const ctx *x, sc_search_cand *c, double M, double ac
                             sc_diag *d) {
   const sc_block_model *bm = x->bm;
   if (vocab_split(bm, c) < 2) {
-    if (head_split(bm, c) > 1) return tp_head_rows(x, c, M, act, n_tp, d);
+    if (head_split(bm, c) > 1 || head_rows_gathered(bm, c))
+      return tp_head_rows(x, c, M, act, n_tp, d);
     /* the LM head whole on every rank: its weight, split on the hidden
      * dim, all-gathered for it (in the GEMM dtype) */
     double table = (double)bm->vocab * (double)bm->hidden * gemm_comm_b(x);
