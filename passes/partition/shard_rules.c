@@ -181,7 +181,7 @@ sc_status sc_shard_unary(sc_shard_ctx *c) {
 
 /* Pending sums through a broadcasting op: want[i].partial and out partial. */
 static void broadcast_partial(sc_shard_ctx *c, sc_axes used) {
-  sc_axes p = 0, keep = 0;
+  sc_axes p = 0, all = 0, keep = 0;
   int32_t n_partial = 0;
   bool same = true, rest_const = true, add_like = false;
   for (int32_t i = 0; i < c->n->n_inputs; i++) {
@@ -191,6 +191,7 @@ static void broadcast_partial(sc_shard_ctx *c, sc_axes used) {
     if (pi) {
       if (n_partial++ && pi != p) same = false;
       p = pi;
+      all |= pi;
     } else if (!sc_value_has_data(v)) {
       rest_const = false;
     }
@@ -201,7 +202,11 @@ static void broadcast_partial(sc_shard_ctx *c, sc_axes used) {
   case SC_OP_SUM:
   case SC_OP_MEAN: /* linear: constants join the sum as partial constants */
     add_like = true;
-    if (n_partial && same && rest_const) keep = p;
+    /* sums pending over different axes stay pending over all of them, each
+     * joining the axes it lacks (a tied embedding's gradient: the LM
+     * head's pending over dp, the lookup's scatter over dp and tp), so
+     * that one reduction, of the piece its reader keeps, follows */
+    if (n_partial && rest_const) keep = same ? p : all;
     break;
   case SC_OP_MUL:
     if (n_partial == 1) keep = p;
@@ -410,15 +415,17 @@ sc_status sc_shard_matmul(sc_shard_ctx *c) {
   return SC_OK;
 }
 
-/* Whether v, not partial now (in), may be asked to join a pending sum: a
- * constant (its data goes to the group's first rank), or a float value the
- * partitioner multiplies by a partial 1 (a training step's bias, an input
- * of the step like any computed value; in a mixed-precision step the bias's
- * bf16 or f16 cast: x·1 and x·0 are exact in every float type). */
-static bool can_join_sum(const sc_value *v, const sc_sharding *in) {
+/* Whether v (sharding in) may be asked to be pending over the axes want:
+ * a constant (its data goes to the group's first rank), or a float value
+ * the partitioner multiplies by a partial 1 (a training step's bias, an
+ * input of the step like any computed value; in a mixed-precision step the
+ * bias's bf16 or f16 cast: x·1 and x·0 are exact in every float type),
+ * not pending now or pending over some of want's axes only (it joins the
+ * others; a sum pending over axes want lacks is not reduced here). */
+static bool can_join_sum(const sc_value *v, const sc_sharding *in, sc_axes want) {
   return sc_value_has_data(v) ||
-         (in->partial == 0 && (v->dtype == SC_DTYPE_F32 || v->dtype == SC_DTYPE_F64 ||
-                               v->dtype == SC_DTYPE_BF16 || v->dtype == SC_DTYPE_F16));
+         ((in->partial & ~want) == 0 && (v->dtype == SC_DTYPE_F32 || v->dtype == SC_DTYPE_F64 ||
+                                         v->dtype == SC_DTYPE_BF16 || v->dtype == SC_DTYPE_F16));
 }
 
 /* Y = alpha·A'·B' + beta·C: C joins a pending sum (or already is one over
@@ -433,7 +440,7 @@ sc_status sc_shard_gemm(sc_shard_ctx *c) {
   if (!vc) return SC_OK;
   sc_sharding *wc = &c->want[2], *o = &c->out[0];
   sc_axes part = o->partial;
-  if (part && c->in[2].partial != part && !can_join_sum(vc, &c->in[2])) {
+  if (part && c->in[2].partial != part && !can_join_sum(vc, &c->in[2], part)) {
     /* C cannot join the pending sum: contract whole */
     if (kaxes) {
       sc_shard_unsplit_dim(&c->want[0], p.ak);
@@ -886,7 +893,8 @@ static bool result_ok(const sc_shard_ctx *c) {
   for (int32_t i = 0; i < c->n->n_inputs; i++) {
     const sc_value *v = inv(c, i);
     if (!fits(&c->want[i], c->mesh, v)) return false;
-    if (v && (c->want[i].partial & ~c->in[i].partial) && !can_join_sum(v, &c->in[i]))
+    if (v && (c->want[i].partial & ~c->in[i].partial) &&
+        !can_join_sum(v, &c->in[i], c->want[i].partial))
       return false;
   }
   for (int32_t j = 0; j < c->n->n_outputs; j++)
@@ -979,8 +987,15 @@ sc_status sc_shard_scatter_nd(sc_shard_ctx *c) {
     sc_axes rows = 0;
     for (int32_t d = 0; d < idx->rank - 1 && d < upd->rank; d++) {
       sc_axes ax = dim_mask(&c->in[2], d);
-      if (!ax || (ax & (pend | rows)) || c->in[1].n_dim_axes[d] ||
-          sc_sharding_stride(&c->in[2], d) != 1 || idx->dims[d] != upd->dims[d])
+      /* indices whole there, or split as the updates are (the batch's
+       * rows over dp of a gradient pending over cp) */
+      bool alike = !c->in[1].n_dim_axes[d] ||
+                   (c->in[1].n_dim_axes[d] == c->in[2].n_dim_axes[d] &&
+                    !memcmp(c->in[1].dim_axes[d], c->in[2].dim_axes[d],
+                            (size_t)c->in[2].n_dim_axes[d] * sizeof c->in[2].dim_axes[d][0]) &&
+                    sc_sharding_stride(&c->in[1], d) == 1);
+      if (!ax || (ax & (pend | rows)) || !alike || sc_sharding_stride(&c->in[2], d) != 1 ||
+          idx->dims[d] != upd->dims[d])
         continue;
       sc_shard_copy_dim(&c->want[1], d, &c->in[2], d);
       sc_shard_copy_dim(&c->want[2], d, &c->in[2], d);

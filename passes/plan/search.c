@@ -523,13 +523,8 @@ static sc_status tp_head_rows(const ctx *x, sc_search_cand *c, double M, double 
               d);
   }
   if (st == SC_OK) st = coll(x, SC_COLL_ALL_GATHER, M * act, c->tp, n_tp, M, &embed, d);
-  /* the table's partial gradient: reduce-scattered onto the rank's
-   * columns, or where the rows are gathered and no pipeline accumulates
-   * it, all-reduced whole with the head's (the two partial sums reduced
-   * apart before their sum is sliced: test_time_estimate.py's dp=2, tp=4) */
-  sc_coll_kind table_k = head_rows_gathered(bm, c) && c->pp == 1 ? SC_COLL_ALL_REDUCE
-                                                                 : SC_COLL_REDUCE_SCATTER;
-  if (st == SC_OK) st = coll(x, table_k, M * table * PARAM_B, c->tp, n_tp, M, &embed, d);
+  if (st == SC_OK)
+    st = coll(x, SC_COLL_REDUCE_SCATTER, M * table * PARAM_B, c->tp, n_tp, M, &embed, d);
   c->tp_s += c->pp > 1 ? (head > embed ? head : embed) : head + embed;
   return st;
 }

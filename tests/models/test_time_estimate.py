@@ -42,13 +42,13 @@ At vocabulary 65,537 also dp=2, tp=4 with sequence parallelism (DATA_PLAN):
 there the head's rows, split over dp by batch and over tp by sequence, are
 gathered over tp before the head (search.c, head_rows_gathered), so every
 tp rank computes the head and the loss over its data rank's whole
-microbatch, and the tied table's gradient is reduced whole (the head's
-and the lookup's partial sums all-reduced apart, over tp and dp, before
-their sum is sliced to the rank's columns). Before the estimate knew
-(2026-12-07): step -20.5 %, compute -18.8 %, tp -7 % (by errors that
-cancelled); after: -5.1 %, -0.9 %, +9.7 %. Its exposed tp is not checked:
-the estimate counts the whole table's tp all-reduce but not how much of
-it the compiled step hides.
+microbatch. Before the estimate knew (2026-12-07): step -20.5 %, compute
+-18.8 %, tp -7 % (by errors that cancelled); after, and after the
+partitioner summed the tied table's two pending gradients before one
+reduction (they were three whole all-reduces): +0.1 %, +2.2 %, +9.0 %.
+Its exposed tp is not checked (9 % of a 10 % tolerance: the estimate
+counts the table's reduce-scatter whole, the compiled step hides some of
+it).
 
     test_time_estimate.py
 

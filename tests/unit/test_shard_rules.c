@@ -159,6 +159,17 @@ static void test_broadcast_partial(void **state) {
   expect_rule(DT, addx, "[dp,_] partial(tp)", "[dp,_] | [_] -> [dp,_]");
   expect_rule(DT, addx, "[dp,_] partial(tp) | [] partial(tp)",
               "[dp,_] partial(tp) | [_] partial(tp) -> [dp,_] partial(tp)");
+  /* sums pending over different axes: over all of them, each joining the
+   * axes it lacks (a tied embedding's two gradients) */
+  const char *addw = "  input %x : f32[4,2]\n  input %w : f32[4,2]\n  %y = Add(%x, %w) \"n\"\n";
+  expect_rule(DT, addw, "[] partial(dp) | [] partial(dp,tp)",
+              "[_,_] partial(dp,tp) | [_,_] partial(dp,tp) -> [_,_] partial(dp,tp)");
+  expect_rule(DT, addw, "[] partial(tp) | [] partial(dp)",
+              "[_,_] partial(dp,tp) | [_,_] partial(dp,tp) -> [_,_] partial(dp,tp)");
+  /* but not with a computed value pending over none: reduced first */
+  const char *add3 = "  input %x : f32[4,2]\n  input %w : f32[4,2]\n  input %v : f32[4,2]\n"
+                     "  %y = Sum(%x, %w, %v) \"n\"\n";
+  expect_rule(DT, add3, "[] partial(dp) | [] partial(tp) | ", "[_,_] | [_,_] | [_,_] -> [_,_]");
   /* Mul by a non-partial keeps the sum; two partials do not */
   const char *mul = "  input %x : f32[4,2]\n  input %s : f32[4,2]\n  %y = Mul(%x, %s) \"n\"\n";
   expect_rule(DT, mul,
@@ -394,6 +405,16 @@ static void test_gather(void **state) {
               "[dp,tp]", "[dp,_] | [_] -> [dp,_]");
   /* an indices axis already used by the data stays whole */
   expect_rule(DT, emb, "[_,tp] | [tp,_]", "[_,tp] | [_,_] -> [_,_,tp]");
+  /* its gradient, a scatter-add of updates pending over tp whose rows dp
+   * splits as it splits the indices: each rank scatters its rows, pending
+   * over both */
+  const char *grad = "  input %z : f32[32,8]\n  input %i : i64[4,1]\n  input %u : f32[4,8]\n"
+                     "  %y = ScatterND(%z, %i, %u) {reduction = \"add\"} \"n\"\n";
+  expect_rule(DT, grad, " | [dp,_] | [dp,_] partial(tp)",
+              "[_,_] partial(dp,tp) | [dp,_] | [dp,_] partial(tp) -> [_,_] partial(dp,tp)");
+  /* indices whole: sliced like the updates */
+  expect_rule(DT, grad, " |  | [dp,_] partial(tp)",
+              "[_,_] partial(dp,tp) | [dp,_] | [dp,_] partial(tp) -> [_,_] partial(dp,tp)");
 }
 
 static void test_concat_slice_expand(void **state) {
