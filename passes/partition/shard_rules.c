@@ -216,7 +216,20 @@ static void broadcast_partial(sc_shard_ctx *c, sc_axes used) {
     break;
   default: break;
   }
-  if (keep & used) keep = 0;
+  if (keep & used) {
+    /* an axis splitting the output is reduced onto that split; sums that
+     * pended over different axes keep the others pending (a tied vocabulary-
+     * parallel embedding's gradients under sequence parallelism: the LM
+     * head's rows pending over dp, the lookup's scatter over dp and tp,
+     * reduce-scattered over tp onto the rows, then one dp reduction), unless
+     * an operand would both reduce some axes and join others */
+    sc_axes rest = same ? 0 : keep & ~used;
+    for (int32_t i = 0; rest && i < c->n->n_inputs; i++) {
+      sc_axes pi = inv(c, i) ? c->in[i].partial : 0;
+      if (pi && (rest & ~pi) && (pi & ~rest)) rest = 0;
+    }
+    keep = rest;
+  }
   for (int32_t i = 0; i < c->n->n_inputs; i++)
     if (inv(c, i)) c->want[i].partial = !keep ? 0 : add_like ? keep : c->in[i].partial;
   c->out[0].partial = keep;

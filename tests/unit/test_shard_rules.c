@@ -166,6 +166,13 @@ static void test_broadcast_partial(void **state) {
               "[_,_] partial(dp,tp) | [_,_] partial(dp,tp) -> [_,_] partial(dp,tp)");
   expect_rule(DT, addw, "[] partial(tp) | [] partial(dp)",
               "[_,_] partial(dp,tp) | [_,_] partial(dp,tp) -> [_,_] partial(dp,tp)");
+  /* an axis that splits the output is reduced onto the split, the other
+   * pending axes kept (the vocabulary-parallel tied embedding's gradients
+   * under sequence parallelism) */
+  expect_rule(DT, addw, "[tp,_] partial(dp) | [] partial(dp,tp)",
+              "[tp,_] partial(dp) | [tp,_] partial(dp) -> [tp,_] partial(dp)");
+  /* unless an operand would both reduce an axis and join another */
+  expect_rule(DT, addw, "[tp,_] partial(dp) | [] partial(tp)", "[tp,_] | [tp,_] -> [tp,_]");
   /* but not with a computed value pending over none: reduced first */
   const char *add3 = "  input %x : f32[4,2]\n  input %w : f32[4,2]\n  input %v : f32[4,2]\n"
                      "  %y = Sum(%x, %w, %v) \"n\"\n";
