@@ -1002,11 +1002,7 @@ sc_status sc_shard_scatter_nd(sc_shard_ctx *c) {
       sc_axes ax = dim_mask(&c->in[2], d);
       /* indices whole there, or split as the updates are (the batch's
        * rows over dp of a gradient pending over cp) */
-      bool alike = !c->in[1].n_dim_axes[d] ||
-                   (c->in[1].n_dim_axes[d] == c->in[2].n_dim_axes[d] &&
-                    !memcmp(c->in[1].dim_axes[d], c->in[2].dim_axes[d],
-                            (size_t)c->in[2].n_dim_axes[d] * sizeof c->in[2].dim_axes[d][0]) &&
-                    sc_sharding_stride(&c->in[1], d) == 1);
+      bool alike = !c->in[1].n_dim_axes[d] || same_dim(&c->in[1], d, &c->in[2], d);
       if (!ax || (ax & (pend | rows)) || !alike || sc_sharding_stride(&c->in[2], d) != 1 ||
           idx->dims[d] != upd->dims[d])
         continue;
