@@ -200,6 +200,9 @@ sc_status sc_train_manifest_write_json(const sc_train_manifest *m, const sc_prog
                           json_pack("{s:i, s:I, s:I}", "dim", (int)m->params[k].split_dim,
                                     "parts", (json_int_t)m->params[k].split_parts, "stride",
                                     (json_int_t)m->params[k].split_stride));
+    if (m->params[k].vocab > 0) /* vocabulary-padded */
+      json_object_set_new(t, "vocab", json_pack("{s:i, s:I}", "dim", (int)m->params[k].vocab_dim,
+                                                "size", (json_int_t)m->params[k].vocab));
     json_array_append_new(params, t);
   }
   json_object_set_new(root, "data", data);
@@ -347,6 +350,28 @@ static sc_status read_data(json_t *a, const sc_program *p, sc_diag *d) {
   return SC_OK;
 }
 
+/* "vocab" {dim, size} of a vocabulary-padded parameter q (its input buf,
+ * named "W.vocab_padded"): the model's extent `size` on dim `dim`, less
+ * than the input's (or its flat parameter's, checked by the runtime). */
+static sc_status read_vocab(const json_t *v, const sc_buffer *buf, size_t k,
+                            sc_train_manifest_param *q, sc_diag *d) {
+  if (!v) return SC_OK;
+  json_t *dim = json_object_get(v, "dim"), *size = json_object_get(v, "size");
+  size_t n = buf->name ? strlen(buf->name) : 0, sn = strlen(SC_TRAIN_VOCAB_PADDED);
+  bool ok = json_is_object(v) && json_object_size(v) == 2 && json_is_integer(dim) &&
+            json_is_integer(size) && json_integer_value(dim) >= 0 &&
+            json_integer_value(dim) < SC_MAX_RANK && json_integer_value(size) > 0 && n > sn &&
+            strcmp(buf->name + n - sn, SC_TRAIN_VOCAB_PADDED) == 0;
+  if (!ok)
+    return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                       "params[%zu] ('%s'): vocab is not {dim, size} of a parameter named "
+                       "W" SC_TRAIN_VOCAB_PADDED,
+                       k, buf->name ? buf->name : "?");
+  q->vocab_dim = (int32_t)json_integer_value(dim);
+  q->vocab = json_integer_value(size);
+  return SC_OK;
+}
+
 static sc_status read_param(json_t *t, size_t k, const sc_program *p, const void *params,
                             int64_t params_bytes, sc_train_manifest *m, sc_diag *d) {
   const char *name = json_string_value(json_object_get(t, "name"));
@@ -379,6 +404,8 @@ static sc_status read_param(json_t *t, size_t k, const sc_program *p, const void
                                            .buffer = b,
                                            .offset = off,
                                            .data = params ? (const char *)params + off : NULL};
+  sc_status st = read_vocab(json_object_get(t, "vocab"), buf, k, &m->params[k], d);
+  if (st != SC_OK) return st;
   json_t *own = json_object_get(t, "param_shape"), *split = json_object_get(t, "param_split");
   if (!own && split)
     return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
@@ -473,4 +500,43 @@ sc_status sc_train_manifest_read_json(const char *text, size_t len, const sc_pro
   }
   *out = m;
   return SC_OK;
+}
+
+/* What follows a parameter's name in the name of its state: nothing (the
+ * parameter) or an optimizer state's suffix. */
+static bool state_suffix(const char *rest) {
+  static const char *const suffix[] = {"", ".momentum_buffer", ".exp_avg", ".exp_avg_sq"};
+  for (size_t k = 0; k < sizeof suffix / sizeof *suffix; k++)
+    if (strcmp(rest, suffix[k]) == 0) return true;
+  return false;
+}
+
+/* The name mapping of both directions: `name` is the step's (to_model)
+ * or the model's; each padded parameter q of m is tried as the prefix
+ * (its name, or its name less the suffix) of name before a state suffix. */
+static bool vocab_name(const sc_train_manifest *m, const char *name, char *out, size_t cap,
+                       const sc_train_manifest_param **param, bool to_model) {
+  size_t sn = strlen(SC_TRAIN_VOCAB_PADDED);
+  for (int32_t k = 0; m && name && k < m->n_params; k++) {
+    const sc_train_manifest_param *q = &m->params[k];
+    size_t full = q->vocab > 0 && q->name ? strlen(q->name) : 0;
+    size_t n = to_model || full == 0 ? full : full - sn; /* the prefix name has */
+    if (n == 0 || strncmp(name, q->name, n) != 0 || !state_suffix(name + n)) continue;
+    int w = to_model ? snprintf(out, cap, "%.*s%s", (int)(full - sn), q->name, name + n)
+                     : snprintf(out, cap, "%s%s", q->name, name + n);
+    if (w < 0 || (size_t)w >= cap) return false;
+    *param = q;
+    return true;
+  }
+  return false;
+}
+
+bool sc_train_vocab_model_name(const sc_train_manifest *m, const char *name, char *out,
+                               size_t cap, const sc_train_manifest_param **param) {
+  return vocab_name(m, name, out, cap, param, true);
+}
+
+bool sc_train_vocab_step_name(const sc_train_manifest *m, const char *name, char *out,
+                              size_t cap, const sc_train_manifest_param **param) {
+  return vocab_name(m, name, out, cap, param, false);
 }

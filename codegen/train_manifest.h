@@ -55,6 +55,12 @@ typedef struct sc_train_manifest_param {
    * elements row-major per block (sc_train_flat_copy). 0 or 1: one piece. */
   int32_t split_dim;
   int64_t split_parts, split_stride;
+  /* vocab > 0: a vocabulary-padded parameter "W.vocab_padded" (passes/
+   * partition/vocab_pad.c): the model's W has `vocab` on dim vocab_dim,
+   * the parameter more, zeros that stay zero; checkpoints, the state read
+   * back and initialisers speak of W (sc_train_vocab_model_name). */
+  int32_t vocab_dim;
+  int64_t vocab;
 } sc_train_manifest_param;
 
 typedef struct sc_train_manifest {
@@ -72,6 +78,20 @@ typedef struct sc_train_manifest {
   int32_t n_params;
   sc_train_manifest_param *params; /* in the same block */
 } sc_train_manifest;
+
+/* The suffix of a vocabulary-padded parameter's name. */
+#define SC_TRAIN_VOCAB_PADDED ".vocab_padded"
+/* The model's name of state `name` when it is a vocabulary-padded
+ * parameter of m ("W.vocab_padded") or its optimizer state
+ * ("W.vocab_padded.exp_avg"...): written into out ("W", "W.exp_avg"),
+ * *param set to the parameter; else false. */
+bool sc_train_vocab_model_name(const sc_train_manifest *m, const char *name, char *out,
+                               size_t cap, const sc_train_manifest_param **param);
+/* The step's name of model tensor `name` ("W", "W.exp_avg"...) when it is
+ * a vocabulary-padded parameter's: written into out, *param set; else
+ * false. */
+bool sc_train_vocab_step_name(const sc_train_manifest *m, const char *name, char *out,
+                              size_t cap, const sc_train_manifest_param **param);
 
 /* A manifest with room for n_params parameters (zeroed; n_params set). */
 sc_train_manifest *sc_train_manifest_create(int32_t n_params);

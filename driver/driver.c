@@ -186,6 +186,17 @@ static sc_status step_train(job *j) {
     *j->d = j->b->graph->diag;
     return j->d->status;
   }
+  /* a vocabulary tp does not divide is padded before the step is built, so
+   * that its parameter, optimizer state and logits split over tp
+   * (docs/partitioning.md, "A trained vocabulary") */
+  sc_train_vocab_pad *pads = NULL;
+  int32_t n_pads = 0;
+  if (plan && sc_partition_pad_vocab_train(j->b->graph, plan, &pads, &n_pads) != SC_OK) {
+    *j->d = j->b->graph->diag;
+    return j->d->status;
+  }
+  o.vocab_pads = pads;
+  o.n_vocab_pads = n_pads;
   return sc_train_build(j->b->graph, &o, &j->b->train, j->d);
 }
 

@@ -101,8 +101,11 @@ sc_status sc_build_train_manifest(const sc_build *b, const sc_train_opts *o,
     }
     if (buf < 0) continue; /* frozen by structure */
     sc_train_manifest_param *mp = &m->params[m->n_params++];
-    *mp = (sc_train_manifest_param){
-        .name = p->buffers[buf].name, .buffer = buf, .data = info->params[k].init};
+    *mp = (sc_train_manifest_param){.name = p->buffers[buf].name,
+                                    .buffer = buf,
+                                    .data = info->params[k].init,
+                                    .vocab_dim = info->params[k].vocab_dim,
+                                    .vocab = info->params[k].vocab};
     sc_status st = flat_param(b, &info->params[k], mp, d);
     if (st != SC_OK) {
       sc_train_manifest_destroy(m);

@@ -10,6 +10,7 @@
  * torch.nn.utils.clip_grad_norm_, torch.optim.SGD, torch.optim.AdamW). */
 #include "passes/train.h"
 
+#include <float.h>
 #include <fnmatch.h>
 #include <math.h>
 #include <stdio.h>
@@ -82,9 +83,26 @@ static sc_status offload_names(sc_graph *g, int32_t n_fwd, bool recompute, sc_tr
   return SC_OK;
 }
 
+int64_t sc_train_param_model_numel(const sc_train_param *p) {
+  if (p->vocab <= 0 || p->vocab_dim >= p->rank || p->dims[p->vocab_dim] <= 0) return p->numel;
+  return p->numel / p->dims[p->vocab_dim] * p->vocab;
+}
+
+/* The vocabulary padding of weight `name`, or NULL. */
+static const sc_train_vocab_pad *vocab_pad_of(const sc_train_opts *o, const char *name) {
+  for (int32_t i = 0; name && i < o->n_vocab_pads; i++)
+    if (strcmp(o->vocab_pads[i].param, name) == 0) return &o->vocab_pads[i];
+  return NULL;
+}
+
+/* Whether weight `name` is kept fixed: a --freeze glob matches it, or the
+ * model's name of a vocabulary-padded copy. */
 static bool frozen(const sc_train_opts *o, const char *name) {
+  const sc_train_vocab_pad *vp = vocab_pad_of(o, name);
   for (int32_t i = 0; i < o->n_freeze; i++)
-    if (o->freeze[i] && fnmatch(o->freeze[i], name, 0) == 0) return true;
+    if (o->freeze[i] && (fnmatch(o->freeze[i], name, 0) == 0 ||
+                         (vp && fnmatch(o->freeze[i], vp->name, 0) == 0)))
+      return true;
   return false;
 }
 
@@ -352,6 +370,12 @@ static sc_status take_params(sc_graph *g, const sc_train_opts *o, sc_train_info 
     *p = (sc_train_param){.name = x->name, .input = v, .grad = -1, .init = x->data,
                           .numel = numel, .dtype = x->dtype, .rank = x->rank};
     memcpy(p->dims, x->dims, sizeof p->dims);
+    const sc_train_vocab_pad *vp = vocab_pad_of(o, x->name);
+    if (vp) {
+      p->model_name = vp->name;
+      p->vocab_dim = vp->dim;
+      p->vocab = vp->vocab;
+    }
     x->data = NULL; /* the initial value stays alive with the graph */
     x->data_bytes = 0;
     x->data_kind = SC_DATA_NONE;
@@ -404,12 +428,72 @@ static int32_t label_mean(sc_grad_ctx *c, int32_t rows, int32_t labels, const sc
   return gb_2(c, SC_OP_DIV, num, den);
 }
 
+/* The dtype's most negative finite value: what a padded logit is masked
+ * to (finite, so that its log-probability times a one-hot zero is 0). */
+static double lowest_finite(sc_dtype t) {
+  switch (t) {
+  case SC_DTYPE_F16: return -65504.0;
+  case SC_DTYPE_BF16: return -0x1.fep127;
+  case SC_DTYPE_F64: return -DBL_MAX;
+  default: return -FLT_MAX;
+  }
+}
+
+/* Logits [.., V] that are a vocabulary-padded product's, sliced back
+ * (vocab_pad.c: "<product>/vocab_unpad", perhaps then widened by a Cast):
+ * the padded logits [.., Vp] in the logits' dtype, plus a constant mask
+ * [Vp] that is 0 below V and lowest_finite above, so that a softmax over
+ * them is the one over V, their split over the vocabulary is kept (no
+ * gather for the Slice), and the padded columns' gradient is exactly 0.
+ * -1 (g's diag clear) when the logits are no such slice. */
+static int32_t padded_logits(sc_grad_ctx *c, int32_t logits, const sc_train_opts *o) {
+  sc_graph *g = c->g;
+  if (o->n_vocab_pads == 0) return -1;
+  static const char unpad[] = "/vocab_unpad";
+  const sc_value *lv = &g->values[logits];
+  sc_dtype lt = lv->dtype;
+  int32_t v = logits;
+  for (int32_t pn = lv->producer; pn >= 0; pn = g->values[v].producer) {
+    const sc_node *n = &g->nodes[pn];
+    if (n->op == SC_OP_CAST && n->n_inputs == 1) {
+      v = n->inputs[0];
+      continue;
+    }
+    size_t len = n->name ? strlen(n->name) : 0;
+    if (n->op != SC_OP_SLICE || len < sizeof unpad - 1 ||
+        strcmp(n->name + len - (sizeof unpad - 1), unpad) != 0)
+      return -1;
+    int32_t x = n->inputs[0];
+    const sc_value *xv = &g->values[x];
+    int32_t r = lv->rank;
+    if (xv->rank != r || r < 1 || xv->dims[r - 1] <= lv->dims[r - 1]) return -1;
+    for (int32_t k = 0; k + 1 < r; k++)
+      if (xv->dims[k] != lv->dims[k]) return -1;
+    int64_t vocab = lv->dims[r - 1], vp = xv->dims[r - 1];
+    if (xv->dtype != lt && (x = gb_cast(c, x, lt)) < 0) return -1;
+    size_t es = sc_dtype_size(lt);
+    unsigned char *bytes = sc_arena_alloc(&g->arena, (size_t)vp * es);
+    if (!bytes) return sc_graph_error(g, SC_ERR_NOMEM, "out of memory"), -1;
+    int32_t mask = sc_graph_new_value(g, "train/vocab_mask");
+    if (mask < 0) return -1;
+    for (int64_t e = 0; e < vp; e++)
+      sc_store_f64(lt, bytes, e, e < vocab ? 0.0 : lowest_finite(lt));
+    if (sc_value_set_data(g, mask, lt, 1, &vp, bytes, (uint64_t)vp * es, false) != SC_OK)
+      return -1;
+    return gb_2(c, SC_OP_ADD, x, mask);
+  }
+  return -1;
+}
+
 /* The decomposed form (split_vocab_loss): LogSoftmax, the label's
  * log-probability picked by a one-hot product of Range == label, its mean
  * over the rows whose label is not ignore_index, negated. */
 static int32_t cross_entropy_split(sc_grad_ctx *c, int32_t logits, int32_t labels,
                                    const sc_train_opts *o) {
   sc_graph *g = c->g;
+  int32_t padded = padded_logits(c, logits, o);
+  if (padded < 0 && g->diag.status != SC_OK) return -1;
+  if (padded >= 0) logits = padded;
   sc_value lv = g->values[logits];
   int64_t last = lv.rank - 1, minus1 = -1, v = lv.dims[last];
   int32_t logp = gb_op_i(c, SC_OP_LOG_SOFTMAX, &logits, 1, "axis", -1);
@@ -1025,7 +1109,7 @@ sc_status sc_train_build(sc_graph *g, const sc_train_opts *o, sc_train_info *inf
     info->params[k].grad = grads[k];
     if (grads[k] < 0) continue;
     info->n_trainable++;
-    info->trainable_numel += info->params[k].numel;
+    info->trainable_numel += sc_train_param_model_numel(&info->params[k]);
     sc_value gv = g->values[grads[k]]; /* a copy: builders may move the array */
     int64_t axes[SC_MAX_RANK];
     for (int32_t a = 0; a < gv.rank; a++) axes[a] = a;

@@ -95,6 +95,17 @@ typedef struct sc_aux_loss {
   double coef;                  /* its weight in the loss */
 } sc_aux_loss;
 
+/* A weight whose vocabulary the step pads (passes/partition/vocab_pad.c,
+ * sc_partition_pad_vocab_train; docs/partitioning.md, "A trained
+ * vocabulary"): the parameter `param` ("W.vocab_padded") stands for the
+ * model's `name`, dim `dim` padded from `vocab` with zero rows or columns
+ * that stay zero. */
+typedef struct sc_train_vocab_pad {
+  const char *param, *name;
+  int32_t dim;
+  int64_t vocab;
+} sc_train_vocab_pad;
+
 typedef struct sc_train_opts {
   sc_loss_kind loss;
   const char *logits;           /* output read by the loss (NULL: the only
@@ -157,6 +168,12 @@ typedef struct sc_train_opts {
                                    (`train --no-weights --init`) */
   bool untie;                   /* train transposed copies as parameters of
                                    their own (no tie detection) */
+  const sc_train_vocab_pad *vocab_pads; /* the weights padded before the
+                                   step is built (borrowed): their params
+                                   carry the model's names, and a
+                                   cross-entropy over their sliced logits
+                                   reads the padded ones, masked */
+  int32_t n_vocab_pads;
   bool pipeline;                /* a pipelined step (passes/partition/
                                    pipe_train.c): with grad_accum > 1 the
                                    update runs once after the last
@@ -179,7 +196,16 @@ typedef struct sc_train_param {
                                    later passes compact the graph) */
   int32_t rank;
   int64_t dims[SC_MAX_RANK];
+  /* A vocabulary-padded parameter (sc_train_vocab_pad): the model's name
+   * and its vocabulary extent on dim vocab_dim (dims[vocab_dim] is the
+   * padded one); NULL and 0 for any other. */
+  const char *model_name;
+  int32_t vocab_dim;
+  int64_t vocab;
 } sc_train_param;
+/* p's element count as the model has it (a padded copy's: its vocabulary's
+ * rows). */
+int64_t sc_train_param_model_numel(const sc_train_param *p);
 
 typedef struct sc_train_tie {
   const char *name;             /* the copy B: no parameter, its reads are

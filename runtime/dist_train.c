@@ -796,19 +796,77 @@ static sc_status state_tensor(const sc_dist_trainer *t, const char *name, const 
   return SC_OK;
 }
 
+/* ---- a vocabulary-padded parameter at the boundary (train_manifest.h:
+ * "W.vocab_padded" and its optimizer state are W's, with W's rows) ---- */
+enum { NAME_CAP = 1024 };
+
+/* The manifest's padded parameter of state `name`, its model name in
+ * model[NAME_CAP]; NULL when the state is no padded parameter's. */
+static const sc_train_manifest_param *vocab_state(const sc_dist_trainer *t, const char *name,
+                                                  char *model) {
+  const sc_train_manifest_param *q = NULL;
+  return sc_train_vocab_model_name(t->m, name, model, NAME_CAP, &q) ? q : NULL;
+}
+
+/* Whether q's vocabulary dim fits a tensor of rank `rank` and dims `dims`
+ * (padded: at least q->vocab). */
+static bool vocab_fits(const sc_train_manifest_param *q, int32_t rank, const int64_t *dims) {
+  return q->vocab_dim >= 0 && q->vocab_dim < rank && q->vocab <= dims[q->vocab_dim];
+}
+
+/* A copy of `from` (rank, from_dims) in the box `to_dims` at the origin:
+ * clipped where to_dims is smaller, zeros where it is larger. NULL when
+ * out of memory. */
+static void *vocab_reshape(size_t esz, int32_t rank, const int64_t *from_dims, const void *from,
+                           const int64_t *to_dims) {
+  int64_t numel = 1, box[SC_MAX_RANK], zero[SC_MAX_RANK] = {0};
+  for (int32_t k = 0; k < rank; k++) {
+    numel *= to_dims[k];
+    box[k] = from_dims[k] < to_dims[k] ? from_dims[k] : to_dims[k];
+  }
+  void *to = sc_calloc(numel > 0 ? (size_t)numel : 1, esz);
+  if (to) sc_ckpt_copy_box(esz, rank, box, from, from_dims, zero, to, to_dims, zero);
+  return to;
+}
+
 sc_status sc_dist_trainer_state(sc_dist_trainer *t, const char *name, sc_tensor_view *v,
                                 sc_diag *d) {
   memset(v, 0, sizeof *v);
   sc_status st0 = run_all(t, CMD_SYNC, d);
   if (st0 != SC_OK) return st0;
   const sc_dist_value *gv;
+  char step[NAME_CAP], model[NAME_CAP];
+  const sc_train_manifest_param *q = NULL;
+  const char *asked = name;
+  if (name && !is_state(t, name, &gv) &&
+      sc_train_vocab_step_name(t->m, name, step, sizeof step, &q)) /* W: its padded copy */
+    name = step;
   if (!name || !is_state(t, name, &gv))
     return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "'%s' is not state of the step",
                        name ? name : "");
+  q = vocab_state(t, name, model);
   void *all = NULL;
   *v = (sc_tensor_view){.name = gv->name, .dtype = gv->dtype};
   sc_status st = state_tensor(t, name, gv, &all, v->dims, &v->rank, d);
+  if (st == SC_OK && q) { /* the model's rows */
+    if (!vocab_fits(q, v->rank, v->dims)) {
+      st = sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                       "state '%s': vocabulary dim %d of %lld does not fit its shape", name,
+                       (int)q->vocab_dim, (long long)q->vocab);
+    } else {
+      int64_t dims[SC_MAX_RANK];
+      memcpy(dims, v->dims, sizeof dims);
+      dims[q->vocab_dim] = q->vocab;
+      void *clipped = vocab_reshape(sc_dtype_size(gv->dtype), v->rank, v->dims, all, dims);
+      if (!clipped) st = nomem(d);
+      sc_free(all);
+      all = clipped;
+      memcpy(v->dims, dims, sizeof dims);
+      if (asked != name) v->name = asked; /* the model's name, as it was asked for */
+    }
+  }
   if (st != SC_OK) {
+    sc_free(all);
     memset(v, 0, sizeof *v);
     return st;
   }
@@ -898,41 +956,93 @@ static const worker *whole_writer(const sc_dist_trainer *t, const char *name) {
 
 /* The shards this process's ranks write (checkpoint format 2): the pieces
  * each holds the one copy of (first_copy), one shard per stride block;
- * owned[k]: shard k's data was packed here (free it). */
-static sc_status collect_shards(const sc_dist_trainer *t, sc_ckpt_shard **out, bool **owned_out,
-                                int32_t *n_out, sc_diag *d) {
+ * owned[k]: shard k's data was packed here (free it). A vocabulary-padded
+ * parameter's state is written as the model's tensor (its name, its rows:
+ * pieces clipped there, a piece wholly in the padding left out); such a
+ * shard's name is in *names (n_names of them, freed with the shards). */
+typedef struct shard_set {
+  sc_ckpt_shard *sh;
+  bool *owned;
+  int32_t n, cap;
+  char **names;
+  int32_t n_names;
+} shard_set;
+
+/* A copy of the model name of a padded state, kept in set (NULL: out of
+ * memory). */
+static const char *keep_name(shard_set *set, const char *model) {
+  char **y = sc_realloc(set->names, (size_t)(set->n_names + 1) * sizeof *y);
+  if (!y) return NULL;
+  set->names = y;
+  size_t len = strlen(model) + 1;
+  char *c = sc_malloc(len);
+  if (c) {
+    memcpy(c, model, len);
+    y[set->n_names++] = c;
+  }
+  return c;
+}
+
+static sc_status collect_shards(const sc_dist_trainer *t, shard_set *set, sc_diag *d) {
   const sc_dist_program *dp = t->dp;
-  int32_t cap = 64, n = 0;
-  sc_ckpt_shard *sh = sc_malloc((size_t)cap * sizeof *sh);
-  bool *owned = sc_calloc((size_t)cap, sizeof *owned);
-  sc_status st = sh && owned ? SC_OK : nomem(d);
+  set->cap = 64;
+  set->sh = sc_malloc((size_t)set->cap * sizeof *set->sh);
+  set->owned = sc_calloc((size_t)set->cap, sizeof *set->owned);
+  sc_status st = set->sh && set->owned ? SC_OK : nomem(d);
   for (int32_t i = 0; st == SC_OK && i < dp->n_inputs; i++) {
     const char *name = dp->inputs[i].name;
     const sc_dist_value *gv;
     if (!saved_state(t, name, &gv)) continue;
     size_t esz = sc_dtype_size(gv->dtype);
+    char model[NAME_CAP];
+    const sc_train_manifest_param *q = vocab_state(t, name, model);
+    const char *as = q ? keep_name(set, model) : name;
+    if (!as) {
+      st = nomem(d);
+      break;
+    }
     flat_map f;
     if (flat_state(t, NULL, name, gv, &f)) { /* whole, in P's shape, by one rank */
-      if ((st = room(&sh, &owned, &cap, n, d)) != SC_OK) break;
+      if ((st = room(&set->sh, &set->owned, &set->cap, set->n, d)) != SC_OK) break;
       const worker *w = whole_writer(t, name);
       void *x = NULL;
       int64_t dims[SC_MAX_RANK];
       int32_t rank = 0;
       if (w) st = state_tensor(t, name, gv, &x, dims, &rank, d);
       else st = gather_state(t, name, gv, &x, d); /* the others' part of the collective */
+      if (st == SC_OK && w && q) { /* the model's rows */
+        int64_t to[SC_MAX_RANK];
+        memcpy(to, dims, sizeof to);
+        if (!vocab_fits(q, rank, dims)) {
+          st = sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                           "state '%s': its vocabulary dim does not fit its shape", name);
+        } else {
+          to[q->vocab_dim] = q->vocab;
+          void *c = vocab_reshape(esz, rank, dims, x, to);
+          if (!c) st = nomem(d);
+          sc_free(x);
+          x = c;
+          memcpy(dims, to, sizeof dims);
+        }
+      }
       if (st != SC_OK || !w) {
         sc_free(x);
         continue;
       }
-      sc_ckpt_shard *e = &sh[n];
+      sc_ckpt_shard *e = &set->sh[set->n];
       *e = (sc_ckpt_shard){.group = sc_train_is_optimizer_state(name) ? SC_CKPT_OPTIMIZER
                                                                       : SC_CKPT_WEIGHTS,
-                           .writer = (int32_t)w->rank, .name = name,
+                           .writer = (int32_t)w->rank, .name = as,
                            .dtype = gv->dtype, .rank = rank, .data = x};
       memcpy(e->dims, dims, sizeof e->dims);
       memcpy(e->shape, dims, sizeof e->shape);
-      owned[n++] = true;
+      set->owned[set->n++] = true;
       continue;
+    }
+    if (q && !vocab_fits(q, gv->rank, gv->dims)) {
+      st = sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                       "state '%s': its vocabulary dim does not fit its shape", name);
+      break;
     }
     for (int64_t r = 0; st == SC_OK && r < t->n_local; r++) {
       const sc_sharding *s;
@@ -945,11 +1055,11 @@ static sc_status collect_shards(const sc_dist_trainer *t, sc_ckpt_shard **out, b
         blocks *= sc_sharding_stride(s, k);
       }
       for (int64_t b = 0; st == SC_OK && b < blocks; b++) {
-        if ((st = room(&sh, &owned, &cap, n, d)) != SC_OK) break;
-        sc_ckpt_shard *e = &sh[n];
+        if ((st = room(&set->sh, &set->owned, &set->cap, set->n, d)) != SC_OK) break;
+        sc_ckpt_shard *e = &set->sh[set->n];
         *e = (sc_ckpt_shard){.group = sc_train_is_optimizer_state(name) ? SC_CKPT_OPTIMIZER
                                                                         : SC_CKPT_WEIGHTS,
-                             .writer = (int32_t)t->w[r].rank, .name = name, .dtype = gv->dtype,
+                             .writer = (int32_t)t->w[r].rank, .name = as, .dtype = gv->dtype,
                              .rank = gv->rank, .data = x};
         memcpy(e->dims, gv->dims, sizeof e->dims);
         /* block b: a mixed-radix index over the dims' strides */
@@ -961,34 +1071,44 @@ static sc_status collect_shards(const sc_dist_trainer *t, sc_ckpt_shard **out, b
           e->shape[k] = ext[k];
           src_off[k] = bk * ext[k];
         }
-        owned[n] = blocks > 1;
-        if (owned[n]) { /* one block of a strided piece, packed */
+        bool clipped = false;
+        if (q) { /* the model's rows only */
+          int32_t v = q->vocab_dim;
+          e->dims[v] = q->vocab;
+          if (e->offsets[v] >= q->vocab) continue; /* all padding */
+          if (e->offsets[v] + e->shape[v] > q->vocab) {
+            e->shape[v] = q->vocab - e->offsets[v];
+            clipped = true;
+          }
+        }
+        set->owned[set->n] = blocks > 1 || clipped;
+        if (set->owned[set->n]) { /* one block of a strided piece, or its rows, packed */
           int64_t vol = 1;
-          for (int32_t k = 0; k < gv->rank; k++) vol *= ext[k];
+          for (int32_t k = 0; k < gv->rank; k++) vol *= e->shape[k];
           void *box = sc_malloc(vol > 0 ? (size_t)vol * esz : 1);
           if (!box) {
             st = nomem(d);
             break;
           }
           int64_t zero[SC_MAX_RANK] = {0};
-          sc_ckpt_copy_box(esz, gv->rank, ext, x, local, src_off, box, ext, zero);
+          sc_ckpt_copy_box(esz, gv->rank, e->shape, x, local, src_off, box, e->shape, zero);
           e->data = box;
         }
-        n++;
+        set->n++;
       }
     }
   }
-  *out = sh;
-  *owned_out = owned;
-  *n_out = n;
   return st;
 }
 
-static void free_shards(sc_ckpt_shard *sh, bool *owned, int32_t n) {
-  for (int32_t k = 0; sh && owned && k < n; k++)
-    if (owned[k]) sc_free((void *)sh[k].data);
-  sc_free(sh);
-  sc_free(owned);
+static void free_shards(shard_set *set) {
+  for (int32_t k = 0; set->sh && set->owned && k < set->n; k++)
+    if (set->owned[k]) sc_free((void *)set->sh[k].data);
+  for (int32_t k = 0; k < set->n_names; k++) sc_free(set->names[k]);
+  sc_free(set->names);
+  sc_free(set->sh);
+  sc_free(set->owned);
+  memset(set, 0, sizeof *set);
 }
 
 /* A sharded save. Thread-ranks: one call writes every rank's files. One
@@ -998,13 +1118,11 @@ static void free_shards(sc_ckpt_shard *sh, bool *owned, int32_t n) {
  * (checkpoint.h: sc_ckpt_shards_*). */
 static sc_status save_shards(const sc_dist_trainer *t, const char *dir,
                              const struct sc_ckpt_state *cs, sc_diag *d) {
-  sc_ckpt_shard *sh = NULL;
-  bool *owned = NULL;
-  int32_t n = 0;
-  sc_status st = collect_shards(t, &sh, &owned, &n, d);
+  shard_set set = {0};
+  sc_status st = collect_shards(t, &set, d);
   if (!t->world) {
-    if (st == SC_OK) st = sc_ckpt_save_shards(dir, cs, sh, n, d);
-    free_shards(sh, owned, n);
+    if (st == SC_OK) st = sc_ckpt_save_shards(dir, cs, set.sh, set.n, d);
+    free_shards(&set);
     return st;
   }
   enum { PATH = 4096 };
@@ -1018,16 +1136,16 @@ static sc_status save_shards(const sc_dist_trainer *t, const char *dir,
   sc_diag_clear(&cd);
   sc_status cst = sum_bytes(t->world, path, sizeof path, &cd); /* rank 0's path, to all */
   if (cst != SC_OK) {
-    free_shards(sh, owned, n);
+    free_shards(&set);
     *d = cd;
     return cst;
   }
   char *part = NULL;
-  if (st == SC_OK && path[0]) st = sc_ckpt_shards_write(dir, path, sh, n, &part, d);
+  if (st == SC_OK && path[0]) st = sc_ckpt_shards_write(dir, path, set.sh, set.n, &part, d);
   else if (st == SC_OK)
     st = me == 0 ? d->status
                  : sc_diag_set(d, SC_ERR_IO, NULL, NULL, "rank 0 could not start the save");
-  free_shards(sh, owned, n);
+  free_shards(&set);
   /* every part to rank 0: lengths (-1: this rank failed), then the texts */
   int64_t len = st == SC_OK && part ? (int64_t)strlen(part) + 1 : -1, *lens =
       sc_calloc((size_t)size, sizeof *lens);
@@ -1082,25 +1200,44 @@ sc_status sc_dist_trainer_restore(sc_dist_trainer *t, const struct sc_ckpt *c, s
     const sc_dist_value *gv;
     if (!saved_state(t, name, &gv)) continue;
     int32_t g;
-    const sc_ckpt_tensor *x = sc_trainer_ckpt_tensor(c, name, &g, d);
+    char model[NAME_CAP];
+    const sc_train_manifest_param *q = vocab_state(t, name, model);
+    const sc_ckpt_tensor *x = sc_trainer_ckpt_tensor(c, q ? model : name, &g, d);
     if (!x) return d->status;
     flat_map f;
     bool flat = flat_state(t, holder(t, name), name, gv, &f);
     const sc_dist_value *shape = flat ? f.param : gv; /* a flat view's: its parameter's */
+    int64_t want[SC_MAX_RANK]; /* the checkpoint's: a padded parameter's, the model's rows */
+    memcpy(want, shape->dims, sizeof want);
+    if (q && !vocab_fits(q, shape->rank, shape->dims))
+      return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                         "state '%s': its vocabulary dim does not fit its shape", name);
+    if (q) want[q->vocab_dim] = q->vocab;
     bool same = x->dtype == gv->dtype && x->rank == shape->rank;
-    for (int32_t k = 0; same && k < shape->rank; k++) same = x->dims[k] == shape->dims[k];
+    for (int32_t k = 0; same && k < shape->rank; k++) same = x->dims[k] == want[k];
     if (!same)
       return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
-                         "checkpoint tensor '%s': not the step's dtype and global shape", name);
+                         "checkpoint tensor '%s': not the step's dtype and global shape",
+                         x->name);
+    size_t esz = sc_dtype_size(gv->dtype);
+    void *padded = NULL; /* a padded parameter's: the model's rows and zeros */
+    if (q && !(padded = vocab_reshape(esz, shape->rank, x->dims, x->data, shape->dims)))
+      return nomem(d);
+    const void *whole = padded ? padded : x->data;
     void *view = NULL; /* a flat view's global tensor, cut from P's shape */
     if (flat && holder(t, name)) {
       int64_t numel = f.padded * f.T;
-      if (!flat_known(&f))
+      if (!flat_known(&f)) {
+        sc_free(padded);
         return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
                            "checkpoint tensor '%s': the flat view of '%s' cannot be mapped",
                            name, f.param->name);
-      if (!(view = sc_calloc((size_t)numel, sc_dtype_size(gv->dtype)))) return nomem(d);
-      flat_copy(&f, sc_dtype_size(gv->dtype), x->data, view, true);
+      }
+      if (!(view = sc_calloc((size_t)numel, esz))) {
+        sc_free(padded);
+        return nomem(d);
+      }
+      flat_copy(&f, esz, (void *)whole, view, true);
     }
     /* each rank's own state buffer (its arena slot or host copy): the
      * workers are idle, so the main thread may write it */
@@ -1108,10 +1245,11 @@ sc_status sc_dist_trainer_restore(sc_dist_trainer *t, const struct sc_ckpt *c, s
       const sc_sharding *sh;
       void *piece = w_state(&t->w[r], name, &sh, true);
       if (piece)
-        sc_sharding_extract(sh, &t->dp->mesh, t->w[r].coords, sc_dtype_size(gv->dtype),
-                            gv->dims, view ? view : x->data, piece);
+        sc_sharding_extract(sh, &t->dp->mesh, t->w[r].coords, esz, gv->dims,
+                            view ? view : whole, piece);
     }
     sc_free(view);
+    sc_free(padded);
     used[g]++;
   }
   /* a checkpoint tensor that is no state of the step */
@@ -1121,7 +1259,11 @@ sc_status sc_dist_trainer_restore(sc_dist_trainer *t, const struct sc_ckpt *c, s
          k++) {
       const sc_ckpt_tensor *x = sc_ckpt_tensor_at(c, (sc_ckpt_group)g, k);
       const sc_dist_value *gv;
-      if (!saved_state(t, x->name, &gv))
+      char step[NAME_CAP];
+      const sc_train_manifest_param *q = NULL;
+      if (!saved_state(t, x->name, &gv) &&
+          !(sc_train_vocab_step_name(t->m, x->name, step, sizeof step, &q) &&
+            saved_state(t, step, &gv)))
         return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
                            "checkpoint tensor '%s' (%s) is not state of this training step",
                            x->name, sc_ckpt_group_name((sc_ckpt_group)g));

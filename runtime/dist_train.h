@@ -66,7 +66,10 @@ int32_t sc_dist_trainer_n_data(const sc_dist_trainer *t);
 const sc_buffer *sc_dist_trainer_data(const sc_dist_trainer *t, int32_t i);
 /* The global state tensor `name` (a parameter or optimizer state),
  * assembled into a new sc_malloc'd buffer (*data, the caller frees it;
- * dtype and global dims through *v, whose name is borrowed). */
+ * dtype and global dims through *v, whose name is borrowed). A
+ * vocabulary-padded parameter (train_manifest.h) and its optimizer state
+ * answer to the model's names ("W", "W.exp_avg") and to their own, either
+ * way with the model's rows (v->name: the name asked for, or the step's). */
 sc_status sc_dist_trainer_state(sc_dist_trainer *t, const char *name, sc_tensor_view *v,
                                 sc_diag *d);
 /* Per rank of this process (r < ranks, or 0 with a world): its session's

@@ -420,9 +420,18 @@ static void list_model_params(const sc_build *b) {
   int64_t total = 0;
   for (int32_t k = 0; k < info->n_params; k++) {
     const sc_train_param *p = &info->params[k];
-    list_param(p->name, p->dtype, p->rank, p->dims,
-               p->grad < 0 ? "  (no gradient: the loss does not depend on it differentiably)" : "");
-    if (p->grad >= 0) total += p->numel;
+    char note[600] = "";
+    int64_t dims[SC_MAX_RANK];
+    memcpy(dims, p->dims, sizeof dims);
+    if (p->model_name && p->vocab_dim < p->rank) { /* the model's tensor, padded for tp */
+      snprintf(note, sizeof note, "  (the step's %s: %lld rows for tp)", p->name,
+               (long long)dims[p->vocab_dim]);
+      dims[p->vocab_dim] = p->vocab;
+    }
+    if (p->grad < 0)
+      snprintf(note, sizeof note, "  (no gradient: the loss does not depend on it differentiably)");
+    list_param(p->model_name ? p->model_name : p->name, p->dtype, p->rank, dims, note);
+    if (p->grad >= 0) total += sc_train_param_model_numel(p);
   }
   for (int32_t k = 0; k < info->n_ties; k++)
     printf("%s: tied to %s (its transpose)\n", info->ties[k].name, info->ties[k].source);
@@ -504,9 +513,22 @@ static int open_bundle(const train_args *a, const sc_cli_opts *o, step_source *s
     if (a->list_params) {
       int64_t total = 0;
       for (int32_t k = 0; k < src->m->n_params; k++) {
-        int32_t gi = sc_dist_find_input(src->mesh, src->m->params[k].name);
+        const sc_train_manifest_param *q = &src->m->params[k];
+        int32_t gi = sc_dist_find_input(src->mesh, q->name);
         const sc_dist_value *v = &src->mesh->inputs[gi]; /* the manifest's are inputs */
-        total += list_param(v->name, v->dtype, v->rank, v->dims, "");
+        char model[1024], note[1100] = "";
+        int64_t dims[SC_MAX_RANK];
+        memcpy(dims, q->rank > 0 ? q->dims : v->dims, sizeof dims);
+        int32_t rank = q->rank > 0 ? q->rank : v->rank;
+        const sc_train_manifest_param *same = NULL;
+        bool padded = q->vocab > 0 && q->vocab_dim < rank &&
+                      sc_train_vocab_model_name(src->m, q->name, model, sizeof model, &same);
+        if (padded) { /* the model's tensor, padded for tp */
+          snprintf(note, sizeof note, "  (the step's %s: %lld rows for tp)", q->name,
+                   (long long)dims[q->vocab_dim]);
+          dims[q->vocab_dim] = q->vocab;
+        }
+        total += list_param(padded ? model : v->name, v->dtype, rank, dims, note);
       }
       char count[64], mesh[256];
       sc_cli_format_count(total, count, sizeof count);
@@ -546,7 +568,13 @@ static int setup_init(train_args *a, const sc_cli_opts *o, const step_source *sr
   const sc_train_manifest *m = src->m;
   sc_diag d = {0};
   sc_diag_clear(&d);
-  sc_param_init_role *roles = sc_calloc((size_t)m->n_params + 1, sizeof *roles);
+  /* the roles, then the model names of vocabulary-padded copies, in one
+   * block (the caller frees it) */
+  size_t room = ((size_t)m->n_params + 1) * sizeof(sc_param_init_role), name_bytes = 0;
+  for (int32_t k = 0; k < m->n_params; k++)
+    if (m->params[k].vocab > 0) name_bytes += strlen(m->params[k].name) + 1;
+  sc_param_init_role *roles = sc_calloc(room + name_bytes + 1, 1);
+  char *model_names = roles ? (char *)roles + room : NULL;
   const char **names = sc_calloc((size_t)m->n_params + 1, sizeof *names);
   *roles_out = roles;
   if (!roles || !names) {
@@ -563,23 +591,25 @@ static int setup_init(train_args *a, const sc_cli_opts *o, const step_source *sr
     rc = sc_cli_usage_error("%s: --init-residual-scale: found %d residual-branch projections "
                             "(a MatMul whose output is added back to the stream it reads), "
                             "not two per block", o->file, (int)found.n_residual);
-  static const char padded[] = ".vocab_padded";
   for (int32_t k = 0; !rc && k < m->n_params; k++) {
     sc_param_init_role *r = &roles[k];
     r->name = names[k];
     r->fan_in_last = found.fan_in_last && found.fan_in_last[k];
     if (a->residual_scale && found.residual && found.residual[k])
       r->scale = 1.0 / sqrt(2.0 * (double)n_layers);
-    size_t n = strlen(r->name), np = sizeof padded - 1;
-    for (int32_t j = 0; src->build && n > np && strcmp(r->name + n - np, padded) == 0 &&
-                        j < src->build->train.n_params;
-         j++) { /* a vocabulary-padded copy: hashed and indexed as the model's tensor */
-      const sc_train_param *tp = &src->build->train.params[j];
-      if (strlen(tp->name) == n - np && strncmp(tp->name, r->name, n - np) == 0) {
-        r->logical = tp->name;
-        r->rank = tp->rank;
-        memcpy(r->dims, tp->dims, sizeof r->dims);
-      }
+    const sc_train_manifest_param *q = &m->params[k];
+    if (q->vocab > 0) { /* a vocabulary-padded copy: hashed and indexed as the model's tensor */
+      const sc_train_manifest_param *same = NULL;
+      int32_t gi = src->mesh ? sc_dist_find_input(src->mesh, q->name) : -1;
+      const sc_dist_value *gv = gi >= 0 ? &src->mesh->inputs[gi] : NULL;
+      if ((q->rank <= 0 && !gv) || /* padding is a mesh's: never without one */
+          !sc_train_vocab_model_name(m, q->name, model_names, strlen(q->name) + 1, &same))
+        continue;
+      r->logical = model_names;
+      model_names += strlen(model_names) + 1;
+      r->rank = q->rank > 0 ? q->rank : gv->rank;
+      memcpy(r->dims, q->rank > 0 ? q->dims : gv->dims, sizeof r->dims);
+      if (q->vocab_dim < r->rank) r->dims[q->vocab_dim] = q->vocab;
     }
   }
   sc_init_roles_free(&found);
@@ -911,7 +941,12 @@ int sc_cmd_train(int argc, char **argv) {
       int64_t n = 1;
       for (int32_t i = 0; gi >= 0 && i < dp->inputs[gi].rank; i++) n *= dp->inputs[gi].dims[i];
       const sc_buffer *pb = &src.p->buffers[m->params[k].buffer];
-      numel += gi >= 0 ? n : pb->bytes / (int64_t)sc_dtype_size(pb->dtype);
+      n = gi >= 0 ? n : pb->bytes / (int64_t)sc_dtype_size(pb->dtype);
+      const sc_train_manifest_param *q = &m->params[k];
+      const int64_t *pd = q->rank > 0 ? q->dims : gi >= 0 ? dp->inputs[gi].dims : NULL;
+      if (q->vocab > 0 && pd && pd[q->vocab_dim] > 0) /* the model's rows of a padded copy */
+        n = n / pd[q->vocab_dim] * q->vocab;
+      numel += n;
     }
     printf("training %lld parameters in %d tensors, %s, lr %g, %lld steps\n", (long long)numel,
            (int)m->n_params, m->optimizer, a.lr, (long long)a.steps);

@@ -194,6 +194,12 @@ sc_status sc_partition_complete_plan(const sc_partition *p, sc_plan *plan, sc_di
  * (embedding rows / LM head columns, zeros) and the logits sliced back, so
  * that it can be split. Runs first (a replayed plan names padded weights). */
 sc_status sc_partition_pad_vocab(sc_graph *g, const sc_plan *plan);
+/* The same on a model before its training step is built (driver.c): the
+ * padded weights become the step's parameters, each recorded in *pads
+ * (g's arena, *n_pads of them; NULL and 0 when none) for sc_train_opts.
+ * vocab_pads. */
+sc_status sc_partition_pad_vocab_train(sc_graph *g, const sc_plan *plan,
+                                       sc_train_vocab_pad **pads, int32_t *n_pads);
 /* dp.c: graph inputs of rank >= 1 whose dim 0 divides get dim 0 split over
  * the data axes (dp, then ep: sc_partition_data_axes; the others are
  * recorded in p's fallbacks). */

@@ -20,7 +20,14 @@
  * The padded weight's data is a copy (in the graph's arena) of W's plus the
  * zeros; a weight without data (--no-weights) stays without. Runs on the
  * global graph before the plan is validated (a replayed plan names the
- * padded weights). */
+ * padded weights). A trained weight is read by its optimizer too, so on a
+ * training step's graph it matches no pattern: a training build pads the
+ * model before the step is built instead (sc_partition_pad_vocab_train,
+ * driver.c), the padded copies becoming the step's parameters, recorded
+ * for passes/train.c (the masked loss, the model's names) and the runtime
+ * (docs/partitioning.md, "A trained vocabulary"). There the products'
+ * shapes may not be inferred yet: the padded logits get theirs when the
+ * step is built. */
 #include <string.h>
 
 #include "partition.h"
@@ -78,14 +85,17 @@ static sc_status unpad(sc_graph *g, int32_t product, int64_t v, int64_t vp) {
   snprintf(name, sizeof name, "%s.vocab_padded", yv.name);
   int32_t yp = sc_graph_new_value(g, name);
   if (yp < 0) return g->diag.status;
-  yv.dims[yv.rank - 1] = vp;
-  sc_status st = sc_value_set_shape(g, yp, yv.dtype, yv.rank, yv.dims);
+  if (yv.rank > 0) yv.dims[yv.rank - 1] = vp;
+  bool known = yv.rank > 0; /* a model not yet inferred (a training step's):
+                               inferred when the step is built */
+  for (int32_t k = 0; k < yv.rank; k++) known = known && yv.dims[k] >= 0;
+  sc_status st = known ? sc_value_set_shape(g, yp, yv.dtype, yv.rank, yv.dims) : SC_OK;
   if (st != SC_OK) return st;
   g->nodes[product].outputs[0] = yp;
   g->values[yp].producer = product;
   g->values[y].producer = -1;
   int32_t s = const_i64(g, "vocab_start", 0), e = const_i64(g, "vocab_end", v),
-          a = const_i64(g, "vocab_axis", yv.rank - 1);
+          a = const_i64(g, "vocab_axis", -1);
   if (s < 0 || e < 0 || a < 0) return g->diag.status;
   snprintf(name, sizeof name, "%s/vocab_unpad",
            g->nodes[product].name ? g->nodes[product].name : "product");
@@ -128,6 +138,13 @@ static sc_status pad_weight(sc_graph *g, int32_t w, int32_t vd, int64_t vp, cons
     if (n->op == SC_OP_TRANSPOSE) { /* its output is [other, vp] now */
       int32_t t = n->outputs[0];
       int64_t td[2] = {dims[1], dims[0]};
+      sc_value *tv = &g->values[t];
+      if (tv->data) { /* folded at import: computed from the padded weight now */
+        tv->data = NULL;
+        tv->data_bytes = 0;
+        tv->data_kind = SC_DATA_NONE;
+        tv->flags &= ~(uint32_t)SC_VALUE_CONST;
+      }
       if ((st = sc_value_set_shape(g, t, wv.dtype, 2, td)) != SC_OK) return st;
     }
     bool gather = n->op == SC_OP_GATHER;
@@ -142,10 +159,9 @@ static sc_status pad_weight(sc_graph *g, int32_t w, int32_t vd, int64_t vp, cons
   return SC_OK;
 }
 
-sc_status sc_partition_pad_vocab(sc_graph *g, const sc_plan *plan) {
-  if (!plan->tp_axis || !plan->vocab_parallel) return SC_OK;
-  int64_t tp = sc_mesh_axis_size(&plan->mesh, plan->tp_axis);
-  if (tp <= 1) return SC_OK;
+/* Pads every pattern's weight of g to a multiple of tp; each one padded is
+ * recorded in *pads (g's arena; n_pads counted) when pads is not NULL. */
+static sc_status pad_all(sc_graph *g, int64_t tp, sc_train_vocab_pad **pads, int32_t *n_pads) {
   int32_t *off = NULL, *users = NULL;
   sc_status st = sc_graph_users(g, &off, &users);
   if (st != SC_OK) return st;
@@ -176,8 +192,32 @@ sc_status sc_partition_pad_vocab(sc_graph *g, const sc_plan *plan) {
     int64_t v = g->values[w].dims[vd];
     if (v <= 0 || v % tp == 0) continue;
     int64_t vp = (v + tp - 1) / tp * tp;
+    int32_t before = g->n_values;
     st = pad_weight(g, w, vd, vp, u, nu);
     changed = true;
+    if (st == SC_OK && pads) {
+      sc_train_vocab_pad *y = sc_arena_array(&g->arena, (size_t)*n_pads + 1, sizeof *y);
+      if (!y) {
+        st = sc_graph_error(g, SC_ERR_NOMEM, "out of memory");
+        break;
+      }
+      if (*n_pads) memcpy(y, *pads, (size_t)*n_pads * sizeof *y);
+      /* the padded weight is the first value pad_weight made; the runtime
+       * finds the model's name by its suffix (train_manifest.h) */
+      const char *pn = g->values[before].name, *wn = g->values[w].name;
+      size_t wl = strlen(wn);
+      if (strncmp(pn, wn, wl) != 0 || strcmp(pn + wl, ".vocab_padded") != 0) {
+        st = sc_graph_error(g, SC_ERR_UNSUPPORTED,
+                            "the padded copy of '%s' cannot be named '%s.vocab_padded': the "
+                            "model has a value of that name",
+                            wn, wn);
+        break;
+      }
+      y[*n_pads] = (sc_train_vocab_pad){.param = g->values[before].name,
+                                        .name = g->values[w].name, .dim = vd, .vocab = v};
+      *pads = y;
+      ++*n_pads;
+    }
   }
   sc_free(u);
   sc_free(off);
@@ -190,4 +230,19 @@ sc_status sc_partition_pad_vocab(sc_graph *g, const sc_plan *plan) {
     if (st == SC_OK) st = sc_run_passes(g, "dce", &po);
   }
   return st;
+}
+
+sc_status sc_partition_pad_vocab(sc_graph *g, const sc_plan *plan) {
+  if (!plan->tp_axis || !plan->vocab_parallel) return SC_OK;
+  int64_t tp = sc_mesh_axis_size(&plan->mesh, plan->tp_axis);
+  return tp > 1 ? pad_all(g, tp, NULL, NULL) : SC_OK;
+}
+
+sc_status sc_partition_pad_vocab_train(sc_graph *g, const sc_plan *plan,
+                                       sc_train_vocab_pad **pads, int32_t *n_pads) {
+  *pads = NULL;
+  *n_pads = 0;
+  if (!plan->tp_axis || !plan->vocab_parallel) return SC_OK;
+  int64_t tp = sc_mesh_axis_size(&plan->mesh, plan->tp_axis);
+  return tp > 1 ? pad_all(g, tp, pads, n_pads) : SC_OK;
 }

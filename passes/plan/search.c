@@ -113,8 +113,8 @@ enum { COMM_LOW_B = 2 };
  * written) and the slice. */
 #define LOOKUP_ZERO_B 4.0
 #define LOOKUP_SLICE_B 4.0
-/* A tied table tp stores split on its hidden dim (a vocabulary tp does
- * not divide: stream_split, head_split) has no dense gradient of its own:
+/* A tied table tp stores split on its hidden dim (one the vocabulary
+ * padding does not reach, vocab_parallel false) has no dense gradient of its own:
  * its rows go into the weight gradient's reduce-scatter buckets, which
  * the estimate does not count apart. There it keeps the 16 B an element
  * it charged before scatter-sum, which its simulated step did not change
@@ -362,10 +362,23 @@ static double gemm_operand_bytes(const ctx *x, double flops, int64_t m, int64_t 
          ((double)m * (double)k + (double)k * (double)n + (double)m * (double)n);
 }
 
-/* What tensor parallelism divides the LM head's values by: tp when it
- * divides the vocabulary (vocabulary-parallel), else 1. */
+/* Whether the LM head is vocabulary-parallel over tp: a vocabulary that
+ * tp does not divide is padded to a multiple of it first (passes/
+ * partition/vocab_pad.c: a trained one before the step is built, its
+ * padded logits masked in the loss; docs/partitioning.md), so any tp > 1
+ * splits it. A model whose logits the block model did not find (vocab 0)
+ * is not. */
+static bool vocab_parallel(const sc_block_model *bm, const sc_search_cand *c) {
+  return bm->vocab > 0 && c->tp > 1;
+}
+
+/* What tensor parallelism divides the LM head's values by: V / (Vp / tp),
+ * Vp the vocabulary padded to a multiple of tp (tp itself when tp divides
+ * it), where it is vocabulary-parallel; else 1. */
 static double vocab_split(const sc_block_model *bm, const sc_search_cand *c) {
-  return bm->vocab > 0 && bm->vocab % c->tp == 0 ? (double)c->tp : 1;
+  if (!vocab_parallel(bm, c)) return 1;
+  int64_t per = (bm->vocab + c->tp - 1) / c->tp; /* the padded rows a rank */
+  return (double)bm->vocab / (double)per;
 }
 
 /* The bytes a GEMM product's or GEMM weight's element moves in over the
@@ -379,48 +392,6 @@ static bool tied_head(const sc_block_model *bm) {
   for (int32_t i = 0; i < bm->n_tied; i++)
     if (bm->tied_dims[i][0] == bm->vocab && bm->tied_dims[i][1] == bm->hidden) return true;
   return false;
-}
-
-/* Whether the compiled step keeps the residual stream split over tp (on
- * its hidden dim) between the products without sequence parallelism: a
- * tied embedding whose vocabulary tp does not divide is stored split on
- * its hidden dim (the LM head's input-gradient product is the pattern
- * that seeds it, passes/partition/tp.c), so the lookup's output is the
- * rank's columns and the stream stays so, reduced and sliced after each
- * row-parallel product and all-gathered for each norm. */
-static bool stream_split(const sc_block_model *bm, const sc_search_cand *c) {
-  return c->tp >= 2 && !c->sequence_parallel && vocab_split(bm, c) <= 1 && tied_head(bm);
-}
-
-/* Whether sequence parallelism's split of the LM head's rows is gathered
- * before the head, a vocabulary tp does not divide: the head flattens its
- * input [batch, seq, hidden] to rows (passes/train.c, matmul_transposed),
- * and rows whose batch a data axis splits and whose sequence tp splits
- * have no sharding (each rank's rows are a piece of every one of its
- * sequences, within its own sequences only), so the partitioner
- * all-gathers the sequence over tp there: every tp rank computes the
- * head and the loss over its data rank's whole microbatch. Read from
- * --print-after=localize (the GPT-2 graph at vocabulary 1001, dp=2, tp=2,
- * sequence parallel) and the simulated GPT-175B step of
- * bench/bench_planner.py (pp=16, dp=8, tp=8, interleaved: the head's
- * product 9.59 ms a microbatch, over all 6,144 rows). */
-static bool head_rows_gathered(const sc_block_model *bm, const sc_search_cand *c) {
-  return c->tp > 1 && c->sequence_parallel && vocab_split(bm, c) <= 1 && c->dp * c->fsdp > 1;
-}
-
-/* What tensor parallelism divides the LM head's and the loss's work by:
- * vocab_split's tp, or, where tp does not divide the vocabulary, tp under
- * sequence parallelism where no data axis splits the batch
- * (head_rows_gathered), which leaves the head's input split on its rows:
- * the compiled step all-gathers the weight (split on its hidden dim) and
- * computes the rank's rows against the whole vocabulary (the loss too),
- * all-gathers the logits' gradient for the input gradient's product and
- * reduce-scatters the weight's partial gradient (tp_outside); else 1. */
-static double head_split(const sc_block_model *bm, const sc_search_cand *c) {
-  double vs = vocab_split(bm, c);
-  return vs > 1 || !(c->sequence_parallel && c->tp > 1) || head_rows_gathered(bm, c)
-             ? vs
-             : (double)c->tp;
 }
 
 /* tp's collectives in an inference step's blocks into c->tp_s: ops
@@ -484,51 +455,6 @@ static sc_status tp_train(const ctx *x, sc_search_cand *c, double blocks, double
 
 static double rank_mbs(const ctx *x, const sc_search_cand *c);
 
-/* head_split's collectives over tp (a vocabulary tp does not divide,
- * sequence parallel), per microbatch, as the compiled step has them. At
- * the LM head: its weight, split on its hidden dim, all-gathered for the
- * forward (in the GEMM dtype), and the logits' gradient (every row, the
- * whole vocabulary) for the input gradient's product, or where the rows
- * are gathered (head_rows_gathered) the rows and the input gradient's
- * all-to-all; the weight's partial
- * gradient is reduce-scattered in buckets behind that product and the
- * blocks' backward (not counted). At the embedding: its output all-gathered
- * for the first norm, and the table's partial gradient (f32) reduce-
- * scattered at the end of the microbatch's backward. One rank has both
- * without a pipeline; with one, the critical rank is taken as the end
- * whose share is the larger. Measured 2026-12-06 on plan --train's
- * simulated steps: test_time_estimate.py's shape at vocabulary 65,537,
- * tp=8 (one rank): 1.85 ms the weight's gather, 4.20 ms the gradient's,
- * 0.93 ms the embedding output's, the estimate had none of these 10.9 ms;
- * the GPT-175B plan of bench_planner.py (pp=32, dp=4, tp=8, 1F1B, 384
- * microbatches): 2.56 s exposed over tp on the first pipeline rank, 0.88
- * s on the middle ones (4.4 ms a microbatch for the embedding), 1.77 s on
- * the last. */
-static sc_status tp_head_rows(const ctx *x, sc_search_cand *c, double M, double act,
-                              int64_t n_tp, sc_diag *d) {
-  const sc_block_model *bm = x->bm;
-  double cb = gemm_comm_b(x);
-  double table = (double)bm->vocab * (double)bm->hidden;
-  double rows = rank_mbs(x, c) * (double)bm->seq; /* the microbatch's rows, all ranks' */
-  double head = 0, embed = 0;
-  sc_status st = coll(x, SC_COLL_ALL_GATHER, M * table * cb, c->tp, n_tp, M, &head, d);
-  if (st == SC_OK && head_rows_gathered(bm, c)) {
-    /* the rows gathered (in the graph's dtype) for the whole head, and
-     * its input gradient's columns all-to-all'd back onto the sequence:
-     * the logits' gradient is whole already */
-    st = coll(x, SC_COLL_ALL_GATHER, M * act, c->tp, n_tp, M, &head, d);
-    if (st == SC_OK) st = coll(x, SC_COLL_ALL_TO_ALL, M * act, c->tp, n_tp, M, &head, d);
-  } else if (st == SC_OK) {
-    st = coll(x, SC_COLL_ALL_GATHER, M * rows * (double)bm->vocab * cb, c->tp, n_tp, M, &head,
-              d);
-  }
-  if (st == SC_OK) st = coll(x, SC_COLL_ALL_GATHER, M * act, c->tp, n_tp, M, &embed, d);
-  if (st == SC_OK)
-    st = coll(x, SC_COLL_REDUCE_SCATTER, M * table * PARAM_B, c->tp, n_tp, M, &embed, d);
-  c->tp_s += c->pp > 1 ? (head > embed ? head : embed) : head + embed;
-  return st;
-}
-
 /* tp's collectives outside the blocks into c->tp_s, per microbatch (act:
  * one [mbs, seq, hidden] in the graph's dtype, as the compiled step moves
  * the stream there), with a vocabulary-parallel embedding and LM head:
@@ -545,14 +471,7 @@ static sc_status tp_head_rows(const ctx *x, sc_search_cand *c, double M, double 
 static sc_status tp_outside(const ctx *x, sc_search_cand *c, double M, double act, int64_t n_tp,
                             sc_diag *d) {
   const sc_block_model *bm = x->bm;
-  if (vocab_split(bm, c) < 2) {
-    if (head_split(bm, c) > 1 || head_rows_gathered(bm, c))
-      return tp_head_rows(x, c, M, act, n_tp, d);
-    /* the LM head whole on every rank: its weight, split on the hidden
-     * dim, all-gathered for it (in the GEMM dtype) */
-    double table = (double)bm->vocab * (double)bm->hidden * gemm_comm_b(x);
-    return coll(x, SC_COLL_ALL_GATHER, M * table, c->tp, n_tp, M, &c->tp_s, d);
-  }
+  if (!vocab_parallel(bm, c)) return SC_OK; /* no LM head found */
   double first = c->pp == 1 ? 1 : 0; /* the embedding's, on the critical rank */
   double reduce = M * (1 + first);
   if (!c->sequence_parallel)
@@ -608,7 +527,7 @@ static sc_status tp_experts(const ctx *x, sc_search_cand *c, double M, int64_t L
  * head's gradient (no pipeline: the head is on the same rank). */
 static double lookup_grad_b(const ctx *x, const sc_search_cand *c) {
   if (c->tp > 1)
-    return vocab_split(x->bm, c) > 1 ? LOOKUP_ZERO_B + LOOKUP_SLICE_B : LOOKUP_HIDDEN_SPLIT_B;
+    return vocab_parallel(x->bm, c) ? LOOKUP_ZERO_B + LOOKUP_SLICE_B : LOOKUP_HIDDEN_SPLIT_B;
   bool accumulates = c->microbatches > 1 && c->zero < 3;
   if (accumulates || (c->pp == 1 && tied_head(x->bm))) return 0;
   return LOOKUP_ZERO_B;
@@ -740,17 +659,13 @@ static sc_status block_times(const ctx *x, const sc_search_cand *c, mb_times *t,
   }
   if (st != SC_OK) return st;
   /* memory-bound kernels: the residual stream's are whole on every tp rank
-   * unless sequence parallel splits them, or but the norms' where the
-   * stream stays split without it (stream_split); the rest (heads, the
-   * MLP's wide values) are split */
+   * unless sequence parallel splits them; the rest (heads, the MLP's wide
+   * values) are split */
   double lo = low_fraction(x);
   double whole = (b->whole_mem_bytes - lo * b->whole_low_mem_bytes) * mbs;
-  double rows_b = (b->row_mem_bytes - lo * b->row_low_mem_bytes) * mbs;
   double split = (b->mem_bytes - b->whole_mem_bytes -
                   lo * (b->low_mem_bytes - b->whole_low_mem_bytes)) * mbs;
-  double stream = c->sequence_parallel ? whole / tp
-                  : stream_split(bm, c) ? rows_b + (whole - rows_b) / tp
-                                        : whole;
+  double stream = c->sequence_parallel ? whole / tp : whole;
   double mem = stream / x->hbm_stream + split / tp / x->hbm_nodes;
   double core_mem = b->attn_mem_bytes * mbs / tp / x->hbm_nodes;
   t->block_fwd = core + rest + mem;
@@ -770,26 +685,22 @@ static sc_status block_times(const ctx *x, const sc_search_cand *c, mb_times *t,
                                                                 : 0;
   const sc_block_part *ou = &bm->outside;
   double og = 0;
-  /* the LM head's GEMM: vocabulary-parallel over tp, or over the rank's
-   * rows (head_split) */
-  double vs = vocab_split(bm, c), hs = head_split(bm, c);
-  st = gemm(x, ou->gemm_flops * mbs / hs, (int64_t)((double)rows / (hs / vs)),
-            (int64_t)((double)bm->vocab / vs), h, &og, d);
-  double omem = (ou->mem_bytes - lo * ou->low_mem_bytes) * mbs / hs / x->hbm_nodes;
+  /* the LM head's GEMM: vocabulary-parallel over tp (its padded rows) */
+  double vs = vocab_split(bm, c);
+  st = gemm(x, ou->gemm_flops * mbs / vs, rows, (int64_t)((double)bm->vocab / vs), h, &og, d);
+  double omem = (ou->mem_bytes - lo * ou->low_mem_bytes) * mbs / vs / x->hbm_nodes;
   /* the loss over the logits' rows (loss_saved_bytes: 4 B a row): the
    * decomposed form (a tensor-parallel step's, or --no-fuse-loss's) over
-   * the vocabulary's split, or over the whole vocabulary where tp does
-   * not divide it (or is 1) */
-  double logits = bm->loss_saved_bytes / 4 * (double)bm->vocab * mbs / hs;
+   * the vocabulary's split, or over the whole vocabulary at tp 1 */
+  double logits = bm->loss_saved_bytes / 4 * (double)bm->vocab * mbs / vs;
   bool decomposed = c->tp > 1 || bm->loss_split;
-  double loss_fwd = !decomposed ? LOSS_FUSED_FWD_B : hs > 1 ? LOSS_SPLIT_FWD_B : LOSS_WHOLE_FWD_B;
-  double loss_bwd = !decomposed ? LOSS_FUSED_BWD_B : hs > 1 ? LOSS_SPLIT_BWD_B : LOSS_WHOLE_BWD_B;
+  bool vp = vocab_parallel(bm, c);
+  double loss_fwd = !decomposed ? LOSS_FUSED_FWD_B : vp ? LOSS_SPLIT_FWD_B : LOSS_WHOLE_FWD_B;
+  double loss_bwd = !decomposed ? LOSS_FUSED_BWD_B : vp ? LOSS_SPLIT_BWD_B : LOSS_WHOLE_BWD_B;
   /* the LM head's weight gradient: of the rank's shard of the weight,
-   * which tp splits on its vocabulary or, where tp does not divide that,
-   * on its other dim (gathered whole for the forward, whose product and
-   * input gradient are then whole on every tp rank); of the rank's rows
-   * under head_split's sequence parallelism, a partial sum */
-  double og_w = hs > 1 ? og : og / tp;
+   * which tp splits on its vocabulary; a model without a head found keeps
+   * the outside's products whole on every tp rank, their weights split */
+  double og_w = vp ? og : og / tp;
   t->outside_fwd = og + omem + logits * loss_fwd / x->hbm;
   t->outside_bwd = og + og_w + MEM_BACKWARD_FACTOR * omem + logits * loss_bwd / x->hbm;
   t->outside_weight = og_w;
@@ -949,7 +860,7 @@ static double tied_scatters(const ctx *x, const sc_search_cand *c) {
   int64_t S = (int64_t)rest_storage(c), es = bm->param_bytes > 0 ? bm->param_bytes : 4;
   for (int32_t i = 0; i < bm->n_tied; i++) {
     int64_t rows = bm->tied_dims[i][0], cols = bm->tied_dims[i][1];
-    if (bm->vocab > 0 && rows == bm->vocab) rows /= (int64_t)vocab_split(bm, c);
+    if (vocab_parallel(bm, c) && rows == bm->vocab) rows = (rows + c->tp - 1) / c->tp;
     int64_t axis = rows % S == 0 ? 0 : cols % S == 0 ? 1 : -1, per = 0;
     if (axis < 0 || rows * cols * es < SC_PARTITION_SPLIT_MIN_BYTES) continue;
     extra += 2.0 * (double)sc_partition_split_chunks(rows, rows * cols * es, axis, &per) - 1;
@@ -1122,15 +1033,6 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
      * all-gather and a reduce-scatter in place of each */
     st = tp_train(x, c, M * (double)Ls, act_tp, t.block_gemm, n_tp, d);
     if (st == SC_OK) st = tp_outside(x, c, M, act, n_tp, d);
-    if (st == SC_OK && stream_split(bm, c)) {
-      /* the split stream all-gathered (in the graph's dtype) for each
-       * norm, two a block (again under full recompute), the final one, and
-       * once in the backward: 11 all-gathers a step on test_time_
-       * estimate.py's 4 blocks at vocabulary 65,537, tp=8, the LM head's
-       * weight the eleventh */
-      double n = M * ((double)Ls * 2 * (c->recompute == SC_SEARCH_RECOMPUTE_FULL ? 2 : 1) + 2);
-      st = coll(x, SC_COLL_ALL_GATHER, n * act, c->tp, n_tp, n, &c->tp_s, d);
-    }
     if (st == SC_OK && c->expert_tensor_parallel)
       st = tp_experts(x, c, M, Ls, act_tp, cb < gb ? cb / gb : 1, n_tp, d);
     if (st != SC_OK) return st;
@@ -1392,9 +1294,9 @@ static sc_status infer_estimate(const ctx *x, sc_search_cand *c, double cutoff, 
      * vocabulary-parallel embedding's all-reduce (on the first stage) and
      * the LM head's all-gather of the logits */
     double ops = M * (double)Ls * 2;
-    if (c->pp == 1 && vocab_split(bm, c) > 1)
+    if (c->pp == 1 && vocab_parallel(bm, c))
       st = coll(x, SC_COLL_ALL_REDUCE, M * act, c->tp, n_tp, M, &c->tp_s, d);
-    if (st == SC_OK && vocab_split(bm, c) > 1)
+    if (st == SC_OK && vocab_parallel(bm, c))
       st = coll(x, SC_COLL_ALL_GATHER, M * logits, c->tp, n_tp, M, &c->tp_s, d);
     if (st == SC_OK) st = tp_blocks(x, c, ops, act, n_tp, d);
     if (st != SC_OK) return st;

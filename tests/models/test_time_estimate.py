@@ -28,27 +28,19 @@ parallelism, step +10 %, compute +15 %, tp +1 %; without, step +5 %,
 compute +12 %, tp -18 %. After: -3 %, -2 %, -5 % and -2 %, -2 %, +2 %.
 
 The same two plans again at vocabulary 65,537, which tp=8 does not
-divide: the tied embedding is then stored split on its hidden dim, and
-the compiled step differs on both sides (search.c, head_split and
-stream_split): with sequence parallelism the LM head and the loss work
-on the rank's rows against the whole vocabulary, gathering the weight
-and the logits' gradient; without it the residual stream stays split on
-its hidden dim between the products, gathered for each norm. Before the
-estimate knew (2026-12-06): with sequence parallelism step +35 %, compute
-+66 %, tp -49 %; without, -3 %, +6 %, -43 %. After: -4 %, -3 %, -2 % and
--4 %, -4 %, -0 %.
-
-At vocabulary 65,537 also dp=2, tp=4 with sequence parallelism (DATA_PLAN):
-there the head's rows, split over dp by batch and over tp by sequence, are
-gathered over tp before the head (search.c, head_rows_gathered), so every
-tp rank computes the head and the loss over its data rank's whole
-microbatch. Before the estimate knew (2026-12-07): step -20.5 %, compute
--18.8 %, tp -7 % (by errors that cancelled); after, and after the
-partitioner summed the tied table's two pending gradients before one
-reduction (they were three whole all-reduces): +0.1 %, +2.2 %, +9.0 %.
-Its exposed tp is not checked (9 % of a 10 % tolerance: the estimate
-counts the table's reduce-scatter whole, the compiled step hides some of
-it).
+divide, and dp=2, tp=4 with sequence parallelism there (DATA_PLAN): the
+vocabulary is padded to a multiple of tp before the step is built
+(passes/partition/vocab_pad.c; docs/partitioning.md, "A trained
+vocabulary"), so the head stays vocabulary-parallel and the estimate
+counts the padded rows (search.c, vocab_split). Until 2026-12-07 the
+step kept such a table whole, split on its hidden dim: the LM head ran
+over the rank's rows against the whole vocabulary, or, with a data axis
+under sequence parallelism, over the data rank's whole microbatch on
+every tp rank, and the estimate modelled each form (DATA_PLAN's step
+-20.5 % before it did, +0.1 % after). Padded, DATA_PLAN measures step
+-0.8 %, compute +1.7 %, tp +9.1 %; its exposed tp is not checked (9 % of
+a 10 % tolerance: the estimate counts the tied table's reduce-scatter
+whole, the compiled step hides some of it).
 
     test_time_estimate.py
 
