@@ -351,21 +351,25 @@ static sc_status read_data(json_t *a, const sc_program *p, sc_diag *d) {
 }
 
 /* "vocab" {dim, size} of a vocabulary-padded parameter q (its input buf,
- * named "W.vocab_padded"): the model's extent `size` on dim `dim`, less
- * than the input's (or its flat parameter's, checked by the runtime). */
+ * named "W.vocab_padded"; its shape param_shape's, read before, or the
+ * input's): the model's extent `size` on dim `dim`, less than the
+ * parameter's. */
 static sc_status read_vocab(const json_t *v, const sc_buffer *buf, size_t k,
                             sc_train_manifest_param *q, sc_diag *d) {
   if (!v) return SC_OK;
   json_t *dim = json_object_get(v, "dim"), *size = json_object_get(v, "size");
   size_t n = buf->name ? strlen(buf->name) : 0, sn = strlen(SC_TRAIN_VOCAB_PADDED);
+  int32_t rank = q->rank > 0 ? q->rank : buf->rank;
+  const int64_t *dims = q->rank > 0 ? q->dims : buf->dims;
   bool ok = json_is_object(v) && json_object_size(v) == 2 && json_is_integer(dim) &&
             json_is_integer(size) && json_integer_value(dim) >= 0 &&
-            json_integer_value(dim) < SC_MAX_RANK && json_integer_value(size) > 0 && n > sn &&
+            json_integer_value(dim) < rank && json_integer_value(size) > 0 &&
+            json_integer_value(size) < dims[json_integer_value(dim)] && n > sn &&
             strcmp(buf->name + n - sn, SC_TRAIN_VOCAB_PADDED) == 0;
   if (!ok)
     return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
                        "params[%zu] ('%s'): vocab is not {dim, size} of a parameter named "
-                       "W" SC_TRAIN_VOCAB_PADDED,
+                       "W" SC_TRAIN_VOCAB_PADDED ", size less than that dim",
                        k, buf->name ? buf->name : "?");
   q->vocab_dim = (int32_t)json_integer_value(dim);
   q->vocab = json_integer_value(size);
@@ -404,13 +408,11 @@ static sc_status read_param(json_t *t, size_t k, const sc_program *p, const void
                                            .buffer = b,
                                            .offset = off,
                                            .data = params ? (const char *)params + off : NULL};
-  sc_status st = read_vocab(json_object_get(t, "vocab"), buf, k, &m->params[k], d);
-  if (st != SC_OK) return st;
   json_t *own = json_object_get(t, "param_shape"), *split = json_object_get(t, "param_split");
   if (!own && split)
     return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
                        "params[%zu] ('%s'): param_split without param_shape", k, name);
-  if (!own) return SC_OK;
+  if (!own) return read_vocab(json_object_get(t, "vocab"), buf, k, &m->params[k], d);
   size_t rank = json_is_array(own) ? json_array_size(own) : 0;
   bool ok = rank >= 1 && rank <= SC_MAX_RANK;
   int64_t numel = 1, room = 1; /* P's elements, and the input's they are padded to */
@@ -427,7 +429,8 @@ static sc_status read_param(json_t *t, size_t k, const sc_program *p, const void
                        "most the input's %lld elements",
                        k, name, SC_MAX_RANK, (long long)room);
   m->params[k].rank = (int32_t)rank;
-  return read_split(split, buf, k, name, &m->params[k], numel, d);
+  sc_status st = read_split(split, buf, k, name, &m->params[k], numel, d);
+  return st == SC_OK ? read_vocab(json_object_get(t, "vocab"), buf, k, &m->params[k], d) : st;
 }
 
 /* The scalars and the program agree: fp16 iff a loss-scale input, K > 1

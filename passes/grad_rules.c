@@ -1005,6 +1005,17 @@ sc_status sc_grad_gather(sc_grad_ctx *c) {
                          "gradient: indices of rank %d leave no room for ScatterND's index "
                          "dim", (int)q);
   int32_t upd = ax == 0 ? dy : gb_transpose(c, dy, yperm, ry);
+  /* a vocabulary-padded table (passes/partition/vocab_pad.c: `__vocab`,
+   * the model's rows): negative ids count from the end of the vocabulary,
+   * not of the padded table, so they are wrapped here, before the scatter
+   * (which would wrap them by its data's rows) */
+  const sc_attr *voc = sc_node_attr(gb_fwd(c), "__vocab");
+  if (voc && voc->kind == SC_ATTR_INT && ax == 0) {
+    int32_t neg = gb_2(c, SC_OP_LESS, idx, gb_scalar(c, iv.dtype, 0.0));
+    int32_t wrapped = gb_2(c, SC_OP_ADD, idx, gb_scalar(c, iv.dtype, (double)voc->i));
+    idx = neg < 0 || wrapped < 0 ? -1 : gb_op(c, SC_OP_WHERE, (int32_t[]){neg, wrapped, idx}, 3);
+    if (idx < 0) return g->diag.status;
+  }
   int32_t in[3] = {zeros(c, dv.dtype, r, tdims), gb_reshape(c, idx, q + 1, idims), upd};
   for (int32_t i = 0; i < 3; i++)
     if (in[i] < 0) return g->diag.status;

@@ -767,17 +767,16 @@ static sc_status fix_shape_inputs(lz *z, int32_t nid) {
   }
 }
 
-/* Vocabulary-parallel Gather(data split on dim 0, indices): each rank
- * gathers the rows it holds and zeroes the rest; the result is partial.
- * Ids count against the whole vocabulary (the `__vocab` attribute of a
- * padded table: the size before padding): negative ones from its end, and
- * the first node reading the ids carries `__check_indices` = that size and
- * `__check_origin` = the Gather's name, so that the program checks them
- * before the lookup (codegen/from_graph.c) and an id outside the vocabulary
- * is the same error on every mesh instead of a row of zeros. */
-static sc_status masked_gather(lz *z, const sc_node *gn, const sc_sharding *want,
-                               const int32_t *lin, int32_t out_lid) {
-  const sc_value *data = &z->g->values[gn->inputs[0]];
+/* The rank's view of ids into a table whose dim 0 is split (want: the
+ * table's sharding): *ok, whether each id is a row the rank holds, and
+ * *safe, that row less the rank's offset there, 0 elsewhere (i64, the ids'
+ * local dims). Ids count against `total` rows (negative ones from its
+ * end). With `check` (a lookup: `gn`'s name), the first node reading the
+ * ids carries `__check_indices` = total and `__check_origin` = gn's name
+ * (codegen/from_graph.c). */
+static sc_status masked_rows(lz *z, const sc_node *gn, const sc_value *data,
+                             const sc_sharding *want, int32_t ids, int64_t total, bool check,
+                             int32_t *ok_out, int32_t *safe_out) {
   int64_t parts = sc_sharding_dim_parts(&want[0], z->m, 0);
   int64_t rows = data->dims[0] / parts;
   /* per-rank row offset: a [parts] arange * rows, split like dim 0 */
@@ -794,12 +793,17 @@ static sc_status masked_gather(lz *z, const sc_node *gn, const sc_sharding *want
   int32_t zero = const_i64(z, "zero", 0, NULL, (int64_t[]){0});
   int32_t lim = const_i64(z, "rows", 0, NULL, &rows);
   if (off < 0 || zero < 0 || lim < 0) return z->d->status;
-  sc_value li_copy = z->L->values[lin[1]], *li = &li_copy; /* the array may move */
+  sc_value li_copy = z->L->values[ids], *li = &li_copy; /* the array may move */
   int32_t r = li->rank;
-  int32_t ids = lin[1];
+  /* the values made of the ids are split as they are (a later pass, the
+   * tied gradient's split reduction in bucket.c, makes them by rows) */
+  const sc_sharding *ls = sc_graph_sharding(z->L, ids);
+  sc_sharding is;
+  if (ls) is = *ls;
+  else sc_sharding_replicated(&is, r);
   int32_t reader = -1; /* the first node reading the caller's ids */
   if (li->dtype != SC_DTYPE_I64) { /* int32 ids: compare in int64 */
-    int32_t c = new_value(z, "index", SC_DTYPE_I64, r, li->dims, NULL);
+    int32_t c = new_value(z, "index", SC_DTYPE_I64, r, li->dims, &is);
     int32_t cn = c < 0 ? -1 : emit(z, SC_OP_CAST, &ids, 1, &c, 1);
     if (cn < 0 || attr_int(z, cn, "to", sc_dtype_to_onnx(SC_DTYPE_I64)) != SC_OK)
       return c < 0 ? lerr(z) : z->d->status;
@@ -807,30 +811,29 @@ static sc_status masked_gather(lz *z, const sc_node *gn, const sc_sharding *want
     li->dtype = SC_DTYPE_I64;
     reader = cn;
   }
-  int32_t rel = new_value(z, "rel_index", li->dtype, r, li->dims, NULL);
-  int32_t ge = new_value(z, "in_range", SC_DTYPE_BOOL, r, li->dims, NULL);
-  int32_t below = new_value(z, "below", SC_DTYPE_BOOL, r, li->dims, NULL);
-  int32_t lt = new_value(z, "in_range", SC_DTYPE_BOOL, r, li->dims, NULL);
-  int32_t ok = new_value(z, "in_range", SC_DTYPE_BOOL, r, li->dims, NULL);
-  int32_t safe = new_value(z, "safe_index", li->dtype, r, li->dims, NULL);
+  int32_t rel = new_value(z, "rel_index", li->dtype, r, li->dims, &is);
+  int32_t ge = new_value(z, "in_range", SC_DTYPE_BOOL, r, li->dims, &is);
+  int32_t below = new_value(z, "below", SC_DTYPE_BOOL, r, li->dims, &is);
+  int32_t lt = new_value(z, "in_range", SC_DTYPE_BOOL, r, li->dims, &is);
+  int32_t ok = new_value(z, "in_range", SC_DTYPE_BOOL, r, li->dims, &is);
+  int32_t safe = new_value(z, "safe_index", li->dtype, r, li->dims, &is);
   if (rel < 0 || ge < 0 || below < 0 || lt < 0 || ok < 0 || safe < 0) return lerr(z);
   /* negative ids count from the end of the whole table */
-  const sc_attr *voc = sc_node_attr(gn, "__vocab");
-  int64_t total = voc && voc->kind == SC_ATTR_INT ? voc->i : data->dims[0];
   int32_t vocab = const_i64(z, "rows", 0, NULL, &total);
-  int32_t neg = new_value(z, "negative", SC_DTYPE_BOOL, r, li->dims, NULL);
-  int32_t wrapped = new_value(z, "wrapped", li->dtype, r, li->dims, NULL);
-  int32_t idx = new_value(z, "index", li->dtype, r, li->dims, NULL);
+  int32_t neg = new_value(z, "negative", SC_DTYPE_BOOL, r, li->dims, &is);
+  int32_t wrapped = new_value(z, "wrapped", li->dtype, r, li->dims, &is);
+  int32_t idx = new_value(z, "index", li->dtype, r, li->dims, &is);
   if (vocab < 0 || neg < 0 || wrapped < 0 || idx < 0) return lerr(z);
   int32_t less = emit(z, SC_OP_LESS, (int32_t[]){ids, zero}, 2, &neg, 1);
   if (less < 0) return z->d->status;
   if (reader < 0) reader = less;
-  /* (each attribute set at once: adding the next may move the array) */
-  const char *origin = sc_arena_strdup(&z->L->arena, gn->name ? gn->name : "");
-  if (!origin || attr_int(z, reader, "__check_indices", total) != SC_OK) return nomem(z);
-  sc_attr *co = sc_node_add_attr(z->L, reader, "__check_origin", SC_ATTR_STRING);
-  if (!co) return nomem(z);
-  co->s = origin;
+  if (check) { /* (each attribute set at once: adding the next may move the array) */
+    const char *origin = sc_arena_strdup(&z->L->arena, gn->name ? gn->name : "");
+    if (!origin || attr_int(z, reader, "__check_indices", total) != SC_OK) return nomem(z);
+    sc_attr *co = sc_node_add_attr(z->L, reader, "__check_origin", SC_ATTR_STRING);
+    if (!co) return nomem(z);
+    co->s = origin;
+  }
   if (emit(z, SC_OP_ADD, (int32_t[]){ids, vocab}, 2, &wrapped, 1) < 0 ||
       emit(z, SC_OP_WHERE, (int32_t[]){neg, wrapped, ids}, 3, &idx, 1) < 0)
     return z->d->status;
@@ -843,6 +846,28 @@ static sc_status masked_gather(lz *z, const sc_node *gn, const sc_sharding *want
       emit(z, SC_OP_AND, (int32_t[]){ge, lt}, 2, &ok, 1) < 0 ||
       emit(z, SC_OP_WHERE, (int32_t[]){ok, rel, zero}, 3, &safe, 1) < 0)
     return z->d->status;
+  *ok_out = ok;
+  *safe_out = safe;
+  return SC_OK;
+}
+
+/* Vocabulary-parallel Gather(data split on dim 0, indices): each rank
+ * gathers the rows it holds and zeroes the rest; the result is partial.
+ * Ids count against the whole vocabulary (the `__vocab` attribute of a
+ * padded table: the size before padding): negative ones from its end, and
+ * the program checks them before the lookup (masked_rows' `check`), so
+ * that an id outside the vocabulary is the same error on every mesh
+ * instead of a row of zeros. */
+static sc_status masked_gather(lz *z, const sc_node *gn, const sc_sharding *want,
+                               const int32_t *lin, int32_t out_lid) {
+  const sc_value *data = &z->g->values[gn->inputs[0]];
+  const sc_attr *voc = sc_node_attr(gn, "__vocab");
+  int64_t total = voc && voc->kind == SC_ATTR_INT ? voc->i : data->dims[0];
+  int32_t ok = -1, safe = -1;
+  sc_status st = masked_rows(z, gn, data, want, lin[1], total, true, &ok, &safe);
+  if (st != SC_OK) return st;
+  sc_value li_copy = z->L->values[lin[1]], *li = &li_copy;
+  int32_t r = li->rank;
   const sc_value lo_copy = z->L->values[out_lid], *lo = &lo_copy;
   int32_t gat = new_value(z, "gathered", lo->dtype, lo->rank, lo->dims, NULL);
   int32_t mf = new_value(z, "mask", lo->dtype, r, li->dims, NULL);
@@ -863,6 +888,47 @@ static sc_status masked_gather(lz *z, const sc_node *gn, const sc_sharding *want
   if (emit(z, SC_OP_UNSQUEEZE, (int32_t[]){mf, ax}, 2, &mu, 1) < 0 ||
       emit(z, SC_OP_MUL, (int32_t[]){gat, mu}, 2, &out_lid, 1) < 0)
     return z->d->status;
+  return SC_OK;
+}
+
+/* Vocabulary-parallel ScatterND(zeros split on dim 0, indices [.., 1],
+ * updates [.., cols], reduction add): the gradient of a vocabulary-
+ * parallel lookup (shard_rules.c, masked_scatter). Each rank adds the
+ * updates whose row it holds at that row less its offset, into zeros of
+ * its rows made here (an Expand: the global zeros, a constant or an
+ * Expand, are not read, and their slice dies); the others' updates are
+ * masked to zeros and added at its row 0. Ids count against the whole
+ * data (a padded table's gradient wraps negative ids by the model's
+ * vocabulary before, grad_rules.c). Every row gets the updates of its ids
+ * in their order, as on one rank. */
+static sc_status masked_scatter(lz *z, const sc_node *sn, const sc_sharding *want,
+                                const int32_t *lin, int32_t out_lid) {
+  const sc_value *data = &z->g->values[sn->inputs[0]];
+  int32_t ok = -1, safe = -1;
+  sc_status st = masked_rows(z, sn, data, want, lin[1], data->dims[0], false, &ok, &safe);
+  if (st != SC_OK) return st;
+  static const double zero_bytes = 0; /* 0 in any float dtype of up to 8 bytes */
+  sc_sharding rep;
+  sc_sharding_replicated(&rep, 0);
+  const sc_value uv = z->L->values[lin[2]], ov = z->L->values[out_lid]; /* copies: values move */
+  int32_t zero = make_const(z, "zero", uv.dtype, 0, NULL, &zero_bytes, false, &rep);
+  int32_t dz = make_const(z, "zero", ov.dtype, 0, NULL, &zero_bytes, false, &rep);
+  int32_t shape = const_i64(z, "shape", 1, (int64_t[]){ov.rank}, ov.dims);
+  const sc_sharding *us = sc_graph_sharding(z->L, lin[2]);
+  sc_sharding ushard;
+  if (us) ushard = *us;
+  else sc_sharding_replicated(&ushard, uv.rank);
+  int32_t upd = new_value(z, "masked_updates", uv.dtype, uv.rank, uv.dims, &ushard);
+  int32_t zeros = new_value(z, "zeros", ov.dtype, ov.rank, ov.dims, &want[0]);
+  if (zero < 0 || dz < 0 || shape < 0) return z->d->status;
+  if (upd < 0 || zeros < 0) return lerr(z);
+  if (emit(z, SC_OP_WHERE, (int32_t[]){ok, lin[2], zero}, 3, &upd, 1) < 0 ||
+      emit(z, SC_OP_EXPAND, (int32_t[]){dz, shape}, 2, &zeros, 1) < 0)
+    return z->d->status;
+  int32_t nid = emit(z, SC_OP_SCATTER_ND, (int32_t[]){zeros, safe, upd}, 3, &out_lid, 1);
+  sc_attr *red = nid < 0 ? NULL : sc_node_add_attr(z->L, nid, "reduction", SC_ATTR_STRING);
+  if (!red) return nid < 0 ? z->d->status : nomem(z);
+  red->s = "add";
   return SC_OK;
 }
 
@@ -1380,6 +1446,10 @@ static sc_status localize_node(lz *z, int32_t nid) {
   if (st != SC_OK) goto done;
   if (c.expand == SC_SHARD_EXPAND_MASKED_GATHER) {
     st = masked_gather(z, n, want, lin, lout[0]);
+    goto outputs;
+  }
+  if (c.expand == SC_SHARD_EXPAND_MASKED_SCATTER) {
+    st = masked_scatter(z, n, want, lin, lout[0]);
     goto outputs;
   }
   if (c.expand == SC_SHARD_EXPAND_SPLIT_SOFTMAX) {

@@ -50,6 +50,13 @@ typedef enum sc_shard_expand {
    * partitioner emits the masked form (Sub offset, range mask, Where,
    * Gather, Mul). */
   SC_SHARD_EXPAND_MASKED_GATHER,
+  /* ScatterND (reduction add, indices [.., 1]) into data split on dim 0
+   * (a vocabulary-parallel lookup's gradient: passes/partition/tp.c splits
+   * its zeros like the table), indices and updates whole over those axes:
+   * each rank adds the updates of the rows it holds, the others masked to
+   * zeros (Sub offset, range mask, Where, ScatterND). out = the data's
+   * sharding (pending over the axes the updates' rows stay split on). */
+  SC_SHARD_EXPAND_MASKED_SCATTER,
   /* Softmax / LogSoftmax over a dim split along (non-strided) axes: each
    * rank normalises its piece with the group's maximum and sum (two small
    * all-reduces of [.., 1] values: max, then sum), so the split stays —

@@ -914,6 +914,7 @@ static bool result_ok(const sc_shard_ctx *c) {
     if (!fits(&c->out[j], c->mesh, outv(c, j))) return false;
   return c->expand == SC_SHARD_EXPAND_NONE ||
          (c->expand == SC_SHARD_EXPAND_MASKED_GATHER && c->n->op == SC_OP_GATHER) ||
+         (c->expand == SC_SHARD_EXPAND_MASKED_SCATTER && c->n->op == SC_OP_SCATTER_ND) ||
          (c->expand == SC_SHARD_EXPAND_SPLIT_SOFTMAX &&
           (c->n->op == SC_OP_SOFTMAX || c->n->op == SC_OP_LOG_SOFTMAX)) ||
          (c->expand == SC_SHARD_EXPAND_GROUP_REDUCE &&
@@ -982,13 +983,61 @@ sc_shard_fn sc_shard_rule(sc_op op) {
  * of a position embedding read with constant indices: the batch's rows
  * summed, pending over the data axes) keep it pending, whole, the data
  * joining the sum, so a pipelined step reduces it once per step, not per
- * microbatch. Anything else is computed whole. */
+ * microbatch. Data split on its indexed rows: the masked form above.
+ * Anything else is computed whole. */
+/* The masked form (SC_SHARD_EXPAND_MASKED_SCATTER) of a ScatterND marked
+ * `__rows_axis` = ax by tp.c (a vocabulary-parallel lookup's gradient,
+ * into zeros [rows, cols]): the zeros split on their rows over ax, like
+ * the table, indices [.., 1] and updates [.., cols] not pending. The indices and updates are gathered over
+ * `own` (every rank sees every id; under sequence parallelism the tokens'
+ * gradient is all-gathered over tp, where the unmasked scatter left a whole
+ * table pending over tp, reduce-scattered each microbatch), their rows
+ * kept split alike over other axes, over which the result is pending (the
+ * batch's rows over dp: reduced once a step), the updates' columns split
+ * like the data's. Megatron's VocabParallelEmbedding backward. */
+static sc_status masked_scatter(sc_shard_ctx *c, int32_t lead, int32_t axis) {
+  const sc_value *idx = inv(c, 1), *upd = inv(c, 2);
+  sc_shard_unsplit_dim(&c->want[0], 0);
+  sc_sharding_split(&c->want[0], 0, axis);
+  sc_axes own = dim_mask(&c->want[0], 0), cols = dim_mask(&c->want[0], 1), rows = 0;
+  /* updates pending (over cp: a ring attention's gradient) stay pending,
+   * the sum with them, but over the rows' own axes, which each rank needs
+   * summed */
+  sc_axes pend = c->in[2].partial & ~own;
+  c->want[2].partial = pend;
+  sc_shard_unsplit_dim(&c->want[2], lead);
+  sc_shard_copy_dim(&c->want[2], lead, &c->want[0], 1);
+  for (int32_t d = 0; d < lead; d++) {
+    sc_axes ax = dim_mask(&c->in[2], d);
+    bool alike = !c->in[1].n_dim_axes[d] || same_dim(&c->in[1], d, &c->in[2], d);
+    if (ax && !(ax & (own | cols | rows | pend)) && alike &&
+        sc_sharding_stride(&c->in[2], d) == 1 && idx->dims[d] == upd->dims[d]) {
+      sc_shard_copy_dim(&c->want[1], d, &c->in[2], d); /* whole indices: sliced alike */
+      rows |= ax;
+      continue;
+    }
+    sc_shard_unsplit_dim(&c->want[1], d); /* gathered */
+    sc_shard_unsplit_dim(&c->want[2], d);
+  }
+  sc_shard_unsplit_dim(&c->want[1], lead);
+  c->want[0].partial = rows | pend;
+  c->out[0] = c->want[0];
+  c->expand = SC_SHARD_EXPAND_MASKED_SCATTER;
+  return SC_OK;
+}
+
 sc_status sc_shard_scatter_nd(sc_shard_ctx *c) {
   const sc_value *data = inv(c, 0), *idx = inv(c, 1), *upd = inv(c, 2);
   const char *red = sc_attr_string(c->g, c->n, "reduction", "none");
   if (!data || !idx || !upd || strcmp(red, "add") != 0 || idx->rank < 1 ||
       idx->dims[idx->rank - 1] < 0)
     return sc_shard_replicate_all(c);
+  int32_t lead = idx->rank - 1, k = (int32_t)idx->dims[idx->rank - 1];
+  int64_t own = sc_attr_int(c->g, c->n, "__rows_axis", -1); /* tp.c, mark_lookup_grads */
+  if (own >= 0 && own < c->mesh->n_axes && k == 1 && data->rank == 2 && upd->rank == lead + 1 &&
+      data->dims[0] % c->mesh->axes[own].size == 0 && !c->in[0].partial && !c->in[1].partial &&
+      !(dim_mask(&c->in[0], 1) & (1u << own)) && sc_sharding_stride(&c->in[0], 1) == 1)
+    return masked_scatter(c, lead, (int32_t)own);
   sc_axes pend = c->in[2].partial;
   if (pend && !c->in[1].partial && !(c->in[0].partial & ~pend)) {
     sc_sharding_replicated(&c->want[0], data->rank);
@@ -1015,7 +1064,6 @@ sc_status sc_shard_scatter_nd(sc_shard_ctx *c) {
     c->out[0] = c->want[0];
     return SC_OK;
   }
-  int32_t lead = idx->rank - 1, k = (int32_t)idx->dims[idx->rank - 1];
   if (upd->rank != lead + data->rank - k || c->in[0].partial || c->in[1].partial ||
       c->in[2].partial)
     return sc_shard_replicate_all(c);

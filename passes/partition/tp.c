@@ -17,7 +17,9 @@
  *   LM head          a column weight whose result reaches a graph output:
  *                    split only with vocabulary parallelism.
  *   embedding        a Gather over a 2-D weight's rows (vocabulary-parallel):
- *                    rows split, each rank looks up the ids it holds.
+ *                    rows split, each rank looks up the ids it holds; in a
+ *                    training step its gradient's scatter adds each
+ *                    rank's rows into zeros split alike (mark_lookup_grads).
  *   column bias      in a training step, the 1-D bias added to a
  *                    column-parallel product (Gemm's C, or an Add after it)
  *                    is split like the product's columns, as Megatron's
@@ -271,6 +273,59 @@ static sc_status seed_patterns(sc_partition *p, const sc_plan *plan, int32_t ax,
   return SC_OK;
 }
 
+/* Whether a vocabulary-parallel lookup reads a table of dims [rows,
+ * cols] that is split on its rows over axis ax. */
+static bool split_table(const sc_graph *g, int32_t ax, const int64_t *dims) {
+  for (int32_t nid = 0; nid < g->n_nodes; nid++) {
+    const sc_node *n = &g->nodes[nid];
+    if ((n->flags & SC_NODE_DEAD) || n->op != SC_OP_GATHER || n->n_inputs != 2) continue;
+    const sc_value *w = &g->values[n->inputs[0]];
+    const sc_sharding *s = sc_graph_sharding(g, n->inputs[0]);
+    if (s && w->rank == 2 && w->dims[0] == dims[0] && w->dims[1] == dims[1] &&
+        s->n_dim_axes[0] == 1 && s->dim_axes[0][0] == ax && !s->n_dim_axes[1])
+      return true;
+  }
+  return false;
+}
+
+/* Whether constant value v holds zeros only. */
+static bool zero_const(const sc_value *v) {
+  if (!(v->flags & SC_VALUE_CONST) || v->producer >= 0 || !v->data) return false;
+  const unsigned char *b = v->data;
+  for (uint64_t i = 0; i < v->data_bytes; i++)
+    if (b[i]) return false;
+  return true;
+}
+
+/* The gradients of the lookups of a training step's vocabulary-parallel
+ * tables (grad_rules.c, sc_grad_gather: ScatterND, reduction add, into
+ * zeros of the table's shape: a constant, or an Expand of a zero scalar
+ * where folding left it) get the node attribute `__rows_axis` = ax: their
+ * rule then splits the zeros like the table and each rank adds the rows it
+ * holds (shard_rules.c, masked_scatter), rather than computing the whole
+ * table, pending over tp under sequence parallelism and reduce-scattered
+ * each microbatch. */
+static sc_status mark_lookup_grads(sc_partition *p, int32_t ax) {
+  sc_graph *g = p->global;
+  for (int32_t nid = 0; nid < g->n_nodes; nid++) {
+    const sc_node *n = &g->nodes[nid];
+    if ((n->flags & SC_NODE_DEAD) || n->op != SC_OP_SCATTER_ND || n->n_inputs != 3 ||
+        n->inputs[0] < 0 || strcmp(sc_attr_string(g, n, "reduction", "none"), "add") != 0)
+      continue;
+    const sc_value *v = &g->values[n->inputs[0]];
+    if (v->rank != 2 || !split_table(g, ax, v->dims)) continue;
+    const sc_node *e = v->producer >= 0 ? &g->nodes[v->producer] : NULL;
+    bool zero = e ? e->op == SC_OP_EXPAND && e->n_inputs == 2 && e->inputs[0] >= 0 &&
+                        g->values[e->inputs[0]].rank == 0 && zero_const(&g->values[e->inputs[0]])
+                  : zero_const(v);
+    if (!zero) continue;
+    sc_attr *a = sc_node_add_attr(g, nid, "__rows_axis", SC_ATTR_INT);
+    if (!a) return sc_graph_error(g, SC_ERR_NOMEM, "out of memory");
+    a->i = ax;
+  }
+  return SC_OK;
+}
+
 static sc_status apply_overrides(sc_graph *g, const sc_plan *plan) {
   const sc_mesh *m = sc_graph_mesh(g);
   for (int32_t i = 0; i < plan->n_overrides; i++) {
@@ -300,6 +355,7 @@ sc_status sc_partition_seed_tp(sc_partition *p, const sc_plan *plan) {
       sc_status st = sc_graph_users(g, &off, &users);
       if (st != SC_OK) return st;
       st = seed_patterns(p, plan, ax, off, users);
+      if (st == SC_OK && p->training && plan->vocab_parallel) st = mark_lookup_grads(p, ax);
       sc_free(off);
       sc_free(users);
       if (st != SC_OK) return st;

@@ -100,19 +100,19 @@ enum { COMM_LOW_B = 2 };
  * split form's 24 and 118 B charged it 5 times its backward. */
 /* The lookups' gradient (an embedding's), a microbatch, per element of
  * the whole table (block_model's lookup_elems): the compiled step builds
- * it dense in f32, zeroed (4 B), the rows scatter-added in place, and a
- * tensor-parallel step slices the rank's vocabulary shard out of it (4 B
- * more). Where the step adds that gradient to another whole one (the
- * accumulator of the microbatches, a tied LM head's gradient on the same
- * rank), passes/scatter_sum.c scatters the rows into that instead: no
- * table-sized pass at all. Simulated 2026-12-06 (SHARDC_SIM_STEPS), before
+ * it dense in f32, zeroed (4 B), the rows scatter-added in place; a
+ * tensor-parallel step only the rank's vocabulary shard (the masked
+ * scatter, shard_rules.c: until 2026-12-07 the whole table, then sliced,
+ * LOOKUP_SLICE_B more). Where the step adds that gradient to another one
+ * (the accumulator of the microbatches, a tied LM head's gradient on the
+ * same rank), passes/scatter_sum.c scatters the rows into that instead:
+ * no table-sized pass at all. Simulated 2026-12-06 (SHARDC_SIM_STEPS), before
  * the scatter ran in place and before scatter-sum: the GPT-175B shape's
  * [50257, 12288] table at tp=8 3.15 ms a microbatch with its positions'
  * [2048, 12288] (16.4 and 12.2 B an element), gpt_1p5b's at tp=8 0.40 ms
  * (13.3 B), then charged 12 B (zeroed, the scatter's copy read and
  * written) and the slice. */
 #define LOOKUP_ZERO_B 4.0
-#define LOOKUP_SLICE_B 4.0
 /* A tied table tp stores split on its hidden dim (one the vocabulary
  * padding does not reach, vocab_parallel false) has no dense gradient of its own:
  * its rows go into the weight gradient's reduce-scatter buckets, which
@@ -461,13 +461,13 @@ static double rank_mbs(const ctx *x, const sc_search_cand *c);
  * the LM head input's gradient all-reduced (backward) and, on the first
  * pipeline rank (the critical one without a pipeline), the embedding's
  * output (forward); with sequence parallelism a reduce-scatter in place
- * of each, the LM head input's all-gather, and the embedding's gradient
- * ([vocab, hidden], its rows computed from the rank's tokens) reduce-
- * scattered to the rank's rows. Measured 2026-12-05 on plan --train's
- * simulated steps (a shape-only GPT of 4 blocks, hidden 7168, vocabulary
- * 65,536, sequence 4096, h100-sxm:8x1, tp=8 with sequence parallelism,
- * batch 4): 0.93 ms each of the stream's three, 3.67 ms the embedding's
- * gradient, 8.7 of the 19 ms exposed over tp; the estimate had none. */
+ * of each, the LM head input's all-gather, and the embedding's output
+ * gradient all-gathered for its masked scatter. Measured 2026-12-05 on
+ * plan --train's simulated steps (a shape-only GPT of 4 blocks, hidden
+ * 7168, vocabulary 65,536, sequence 4096, h100-sxm:8x1, tp=8 with
+ * sequence parallelism, batch 4): 0.93 ms each of the stream's three, 3.67
+ * ms the embedding's gradient (then a [vocab, hidden] reduce-scatter), 8.7
+ * of the 19 ms exposed over tp; the estimate had none. */
 static sc_status tp_outside(const ctx *x, sc_search_cand *c, double M, double act, int64_t n_tp,
                             sc_diag *d) {
   const sc_block_model *bm = x->bm;
@@ -478,9 +478,9 @@ static sc_status tp_outside(const ctx *x, sc_search_cand *c, double M, double ac
     return coll(x, SC_COLL_ALL_REDUCE, reduce * act, c->tp, n_tp, reduce, &c->tp_s, d);
   sc_status st = coll(x, SC_COLL_REDUCE_SCATTER, reduce * act, c->tp, n_tp, reduce, &c->tp_s, d);
   if (st == SC_OK) st = coll(x, SC_COLL_ALL_GATHER, M * act, c->tp, n_tp, M, &c->tp_s, d);
-  double table = (double)bm->vocab * (double)bm->hidden * (double)bm->param_bytes;
-  if (st == SC_OK && first > 0)
-    st = coll(x, SC_COLL_REDUCE_SCATTER, M * table, c->tp, n_tp, M, &c->tp_s, d);
+  /* the lookup's gradient: the tokens' gradient all-gathered for the
+   * masked scatter (shard_rules.c) */
+  if (st == SC_OK && first > 0) st = coll(x, SC_COLL_ALL_GATHER, M * act, c->tp, n_tp, M, &c->tp_s, d);
   return st;
 }
 
@@ -526,11 +526,12 @@ static sc_status tp_experts(const ctx *x, sc_search_cand *c, double M, int64_t L
  * reduce-scatter each microbatch's gradient first) or into the tied LM
  * head's gradient (no pipeline: the head is on the same rank). */
 static double lookup_grad_b(const ctx *x, const sc_search_cand *c) {
-  if (c->tp > 1)
-    return vocab_parallel(x->bm, c) ? LOOKUP_ZERO_B + LOOKUP_SLICE_B : LOOKUP_HIDDEN_SPLIT_B;
+  if (c->tp > 1 && !vocab_parallel(x->bm, c)) return LOOKUP_HIDDEN_SPLIT_B;
   bool accumulates = c->microbatches > 1 && c->zero < 3;
   if (accumulates || (c->pp == 1 && tied_head(x->bm))) return 0;
-  return LOOKUP_ZERO_B;
+  /* a vocabulary-parallel table's: the rank's rows (the masked scatter,
+   * shard_rules.c) */
+  return LOOKUP_ZERO_B / vocab_split(x->bm, c);
 }
 
 /* Per microbatch on one rank of the critical stage: one block's forward

@@ -65,9 +65,10 @@ Expert tensor parallelism (`--expert-tensor-parallel`, part etp):
   * tp=2 x ep=2 and tp=2 alone with it, each with and without
     --sequence-parallel, train as one rank (the tolerances above);
   * `plan --train --json --optimizer adamw` at tp=2 x ep=2: with it each
-    rank's parameters and gradients are smaller by exactly half its expert
-    bytes, 6 x (E/ep) x D x F x 4 / 2 = 196,608, and its optimizer state by
-    twice that (AdamW's two moments); the experts add to the AllReduces
+    rank's parameters are smaller by exactly half its expert bytes,
+    6 x (E/ep) x D x F x 4 / 2 = 196,608, its optimizer state by twice
+    that (AdamW's two moments), and the gradients live at its peak by at
+    least that (its peak is now the loss's, before any gradient); the experts add to the AllReduces
     over tp one per MoE layer in the forward (the w2 product's pending sum
     on the rank's [B, E/ep, C, D] slots: LAYERS x B x (E/ep) x C x D x 4 =
     40,960 bytes) and one 4-byte sum per expert parameter (its share of
@@ -322,8 +323,13 @@ def test_etp_plan():
     half = LAYERS * 3 * (E // 2) * D * D * 4 // 2  # half a rank's expert bytes
     for k, want in (("params", half), ("gradients", half), ("optimizer state", 2 * half)):
         d = rep["live"][k] - etp["live"][k]
-        check(d == want, f"tp=2,ep=2 --expert-tensor-parallel: {k} {etp['live'][k]} against "
-                         f"{rep['live'][k]} replicated: {d} less, want {want}")
+        # the gradients live at the peak: at least the experts' half less
+        # (exactly, where both peaks fall in the backward; etp's is the
+        # loss's, before any gradient, since the lookup's gradient is the
+        # rank's vocabulary rows)
+        check(d == want or (k == "gradients" and d >= want),
+              f"tp=2,ep=2 --expert-tensor-parallel: {k} {etp['live'][k]} against "
+              f"{rep['live'][k]} replicated: {d} less, want {want}")
     coll = {w: {(c["op"], c["axes"]): c for c in g["collectives"]} for w, g in got.items()}
     ar = [coll[w].get(("AllReduce", "tp"), {}) for w in ("replicated", "split")]
     fwd = LAYERS * BATCH * (E // 2) * C * D * 4  # the w2 products' pending sums

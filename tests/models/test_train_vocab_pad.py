@@ -23,11 +23,16 @@ near zero), 3 steps:
   - `export` of the tp=2 checkpoint equals that of one rank's;
   - a bundle compiled at tp=2: its training.json gives the padded
     parameter's vocabulary {dim 0, size 1001}; the bundle trains to one
-    rank's step 3; a vocab entry edited to a malformed one, or put on a
-    parameter whose name is not a padded copy's, is refused naming
-    training.json and the parameter;
+    rank's step 3; a vocab entry edited to a malformed one (a dim out of
+    range, a size of 0 or of at least the parameter's rows, a key
+    missing, not an object), or put on a parameter whose name is not a
+    padded copy's, is refused naming training.json and the parameter;
   - `--init` rules at tp=2 give one rank's 2 steps (the padded copy is
     drawn as the model's tensor, its padded rows zero);
+  - ids made negative (a third of them, counted from the end of the
+    vocabulary) train at tp=2 and at dp=2,tp=2 with sequence parallelism
+    as on one rank: the padded table's gradient wraps them by the model's
+    vocabulary, not the padded one (grad_rules.c, sc_grad_gather);
   - `check --train --mesh tp=2`: its equivalence check passes (the mesh's
     state read back by the model's names).
 
@@ -188,8 +193,9 @@ def main():
                 step3_equal("the tp=2 bundle", log)
             other = "transformer.ln_f.weight"
             for name, bad in ((padded, {"dim": 0, "size": 0}), (padded, {"dim": 9, "size": 1}),
-                              (padded, {"dim": 0}), (padded, "1001"),
-                              (other, {"dim": 0, "size": 1})):
+                              (padded, {"dim": 2, "size": 1}), (padded, {"dim": 0, "size": 1002}),
+                              (padded, {"dim": 0, "size": 5000}), (padded, {"dim": 0}),
+                              (padded, "1001"), (other, {"dim": 0, "size": 1})):
                 def edit(j):
                     for t in j["params"]:
                         t.pop("vocab", None)
@@ -211,6 +217,23 @@ def main():
             check(all(rel(a[k], b[k]) <= 2e-5 for a, b in zip(*inits)
                       for k in ("loss", "grad_norm")) and len(inits[1]) == 2,
                   f"--init at tp=2: {inits[1]} vs one rank {inits[0]}")
+
+        # negative ids count from the end of the model's vocabulary (the
+        # forward's masked lookup and the gradient's wrapped indices), not
+        # of the padded table
+        neg = os.path.join(tmp, "neg_ids.npy")
+        np.save(neg, np.load(ids) - VOCAB * (np.arange(BATCH * SEQ).reshape(BATCH, SEQ) % 3 == 0))
+        wrapped = []
+        for mesh in ([], ["--mesh", "tp=2"], ["--mesh", "dp=2,tp=2", "--sequence-parallel"]):
+            log = os.path.join(tmp, "neg%d.jsonl" % len(wrapped))
+            args = [a if a != f"input_ids={ids}" else f"input_ids={neg}" for a in base]
+            p = run(args + ["--steps", "2", "--log-json", log] + mesh)
+            if check(p.returncode == 0, f"negative ids at {mesh}: {p.stderr[-500:]}"):
+                wrapped.append(losses(log))
+        if len(wrapped) == 3:
+            check(all(rel(a[k], b[k]) <= 2e-5 for got in wrapped[1:] for a, b in
+                      zip(wrapped[0], got) for k in ("loss", "grad_norm")),
+                  f"negative ids: {wrapped[1:]} vs one rank {wrapped[0]}")
 
         # check's equivalence reads the mesh's state by the model's names
         p = subprocess.run([SHARDC, "check", model, "--train", "--mesh", "tp=2", "--dim",

@@ -94,6 +94,8 @@ static void expect_rule(const char *mesh, const char *body, const char *ins,
   }
   if (c.expand == SC_SHARD_EXPAND_MASKED_GATHER)
     snprintf(got + len, sizeof got - len, " (masked)");
+  if (c.expand == SC_SHARD_EXPAND_MASKED_SCATTER)
+    snprintf(got + len, sizeof got - len, " (masked scatter)");
   if (c.expand == SC_SHARD_EXPAND_SPLIT_SOFTMAX)
     snprintf(got + len, sizeof got - len, " (split softmax)");
   if (c.expand == SC_SHARD_EXPAND_GROUP_REDUCE)
@@ -422,6 +424,33 @@ static void test_gather(void **state) {
   /* indices whole: sliced like the updates */
   expect_rule(DT, grad, " |  | [dp,_] partial(tp)",
               "[_,_] partial(dp,tp) | [dp,_] | [dp,_] partial(tp) -> [_,_] partial(dp,tp)");
+  /* a vocabulary-parallel lookup's gradient (tp.c marks it `__rows_axis`,
+   * tp the mesh's axis 1): the zeros split on their rows over tp, the
+   * tokens gathered over tp (sequence parallel) or whole, their batch rows
+   * split over dp as the indices', the sum pending over dp only */
+  const char *vgrad = "  input %z : f32[32,8]\n  input %i : i64[2,4,1]\n"
+                      "  input %u : f32[2,4,8]\n"
+                      "  %y = ScatterND(%z, %i, %u) {reduction = \"add\", __rows_axis = 1} \"n\"\n";
+  expect_rule(DT, vgrad, " | [dp,tp,_] | [dp,tp,_]",
+              "[tp,_] partial(dp) | [dp,_,_] | [dp,_,_] -> [tp,_] partial(dp) (masked scatter)");
+  expect_rule(DT, vgrad, " | [dp,_,_] | [dp,_,_]",
+              "[tp,_] partial(dp) | [dp,_,_] | [dp,_,_] -> [tp,_] partial(dp) (masked scatter)");
+  /* the updates' columns follow the zeros' (whole) */
+  expect_rule(DT, vgrad, " | [dp,_,_] | [dp,_,tp]",
+              "[tp,_] partial(dp) | [dp,_,_] | [dp,_,_] -> [tp,_] partial(dp) (masked scatter)");
+  /* updates pending (a ring attention's gradient over cp) stay pending,
+   * the sum with them; pending over the rows' own axis they are reduced */
+  expect_rule(DT, vgrad, " | [_,tp,_] | [_,tp,_] partial(dp)",
+              "[tp,_] partial(dp) | [_,_,_] | [_,_,_] partial(dp) -> [tp,_] partial(dp) "
+              "(masked scatter)");
+  expect_rule(DT, vgrad, " | [dp,_,_] | [dp,_,_] partial(tp)",
+              "[tp,_] partial(dp) | [dp,_,_] | [dp,_,_] -> [tp,_] partial(dp) (masked scatter)");
+  /* rows tp does not divide: the unmasked rule, pending over dp and tp */
+  const char *odd = "  input %z : f32[31,8]\n  input %i : i64[2,4,1]\n"
+                    "  input %u : f32[2,4,8]\n"
+                    "  %y = ScatterND(%z, %i, %u) {reduction = \"add\", __rows_axis = 1} \"n\"\n";
+  expect_rule(DT, odd, " | [dp,tp,_] | [dp,tp,_]",
+              "[_,_] partial(dp,tp) | [dp,tp,_] | [dp,tp,_] -> [_,_] partial(dp,tp)");
 }
 
 static void test_concat_slice_expand(void **state) {

@@ -15,15 +15,18 @@ With A = b·s·h bytes of one [b, s, h] activation in the products' dtype (fp32:
 4, bf16: 2) and F = b·s·h·4 (the f32 stream outside the blocks), per step:
   ReduceScatter  4L of A: each block's two row-parallel outputs (forward) and
                  its two column-parallel inputs' gradients (backward); 2 of F:
-                 the embedding's output, the LM head input's gradient; and the
-                 tied embedding's gradient, V·h·4, onto the vocabulary rows
+                 the embedding's output, the LM head input's gradient
   AllGather      6L + 2 of A: each block's two column-parallel inputs
                  (forward, and again in the backward for the weights'
                  gradients: the step keeps the 1/tp piece, not the gathered
                  copy), its two row-parallel outputs' gradients (backward);
                  the LM head's input likewise, forward and backward (its
                  rows merged from [b, s/tp, h] keep the split, cast to the
-                 products' dtype before they are gathered)
+                 products' dtype before they are gathered); 1 of F: the
+                 embedding output's gradient, for the tied embedding's
+                 masked scatter onto the rank's vocabulary rows
+                 (Megatron's VocabParallelEmbedding backward; until
+                 2026-12-07 a whole [V, h] f32 gradient, reduce-scattered)
   AllToAll       none
   AllReduce      only vectors and scalars (norm weights' and biases'
                  gradients, the cross-entropy's row maxima and sums, the
@@ -32,7 +35,7 @@ With A = b·s·h bytes of one [b, s, h] activation in the products' dtype (fp32:
 Models", 2022, section 4.2.2: g and g-bar, an all-gather and a
 reduce-scatter, in place of each all-reduce; Megatron-LM's column-parallel
 linear all-gathers its input again in the backward.) The sizes are exact: b, s, h,
-L and V are the model's, the mesh's tp divides s."""
+L are the model's, the mesh's tp divides s."""
 import json
 import sys
 
@@ -51,11 +54,11 @@ def model(out):
 def check(path, precision, b):
     plan = json.load(open(path))
     c = TINY
-    L, s, h, V = c["n_layer"], c["seq"], c["n_embd"], c["vocab"]
+    L, s, h = c["n_layer"], c["seq"], c["n_embd"]
     F = b * s * h * 4
     A = b * s * h * {"fp32": 4, "bf16": 2}[precision]
-    want = {"ReduceScatter": (4 * L + 3, 4 * L * A + 2 * F + V * h * 4),
-            "AllGather": (6 * L + 2, (6 * L + 2) * A)}
+    want = {"ReduceScatter": (4 * L + 2, 4 * L * A + 2 * F),
+            "AllGather": (6 * L + 3, (6 * L + 2) * A + F)}
     got = {c["op"]: c for c in plan["collectives"] if c["axes"] == "tp"}
     ok = True
     for op, (n, nbytes) in want.items():
