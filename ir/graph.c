@@ -320,6 +320,17 @@ bool sc_value_has_data(const sc_value *v) {
   return (v->flags & SC_VALUE_CONST) && (v->data != NULL || sc_value_numel(v) == 0);
 }
 
+bool sc_bytes_zero(const void *data, uint64_t n) {
+  const unsigned char *b = data;
+  for (uint64_t i = 0; i < n; i++)
+    if (b[i]) return false;
+  return true;
+}
+
+bool sc_value_zeros(const sc_value *v) {
+  return sc_value_has_data(v) && v->data && sc_bytes_zero(v->data, v->data_bytes);
+}
+
 sc_value *sc_node_input(sc_graph *g, const sc_node *n, int32_t i) {
   if (i < 0 || i >= n->n_inputs || n->inputs[i] < 0) return NULL;
   return &g->values[n->inputs[i]];

@@ -232,6 +232,10 @@ int64_t sc_value_numel(const sc_value *v);
 int64_t sc_value_bytes(const sc_value *v);
 bool sc_value_is_const(const sc_value *v);   /* flags & CONST */
 bool sc_value_has_data(const sc_value *v);   /* const with data present */
+/* Whether n bytes are all 0 (+0.0 in any float type, integer 0). */
+bool sc_bytes_zero(const void *data, uint64_t n);
+/* Whether v is a constant whose data holds zeros only. */
+bool sc_value_zeros(const sc_value *v);
 /* Optional input i of node n, or NULL when absent (out of range or -1). */
 sc_value *sc_node_input(sc_graph *g, const sc_node *n, int32_t i);
 sc_value *sc_node_output(sc_graph *g, const sc_node *n, int32_t i);

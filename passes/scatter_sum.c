@@ -36,14 +36,6 @@
 #include "ir/sharding.h"
 #include "passes/pass.h"
 
-/* Whether every byte is 0 (+0.0 and integer 0). */
-static bool zero_bytes(const void *data, uint64_t n) {
-  const unsigned char *b = data;
-  for (uint64_t i = 0; i < n; i++)
-    if (b[i]) return false;
-  return true;
-}
-
 /* Whether value id v is a constant scalar with a finite value (the
  * partitioner's "one" of a pending sum: 1 on one rank, 0 on the others,
  * passes/partition/localize.c). */
@@ -65,7 +57,7 @@ static bool finite_scalar(sc_graph *g, int32_t v) {
 static bool zeros(sc_graph *g, int32_t v) {
   for (int depth = 0; v >= 0 && depth < 8; depth++) {
     const sc_value *x = &g->values[v];
-    if (sc_value_has_data(x) && x->data && zero_bytes(x->data, x->data_bytes)) return true;
+    if (sc_value_zeros(x)) return true;
     if (x->producer < 0) return false;
     const sc_node *n = &g->nodes[x->producer];
     if (n->flags & SC_NODE_DEAD) return false;
@@ -73,7 +65,7 @@ static bool zeros(sc_graph *g, int32_t v) {
       const sc_attr *a = sc_node_attr(n, "value");
       if (!a) return true; /* the default: a float 0 */
       return a->kind == SC_ATTR_TENSOR && a->t && a->t->data &&
-             zero_bytes(a->t->data, a->t->data_bytes);
+             sc_bytes_zero(a->t->data, a->t->data_bytes);
     }
     if (n->op == SC_OP_MUL && n->n_inputs == 2) { /* zeros times a finite scalar */
       int32_t k = finite_scalar(g, n->inputs[1]) ? 0 : finite_scalar(g, n->inputs[0]) ? 1 : -1;

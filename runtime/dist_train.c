@@ -808,10 +808,13 @@ static const sc_train_manifest_param *vocab_state(const sc_dist_trainer *t, cons
   return sc_train_vocab_model_name(t->m, name, model, NAME_CAP, &q) ? q : NULL;
 }
 
-/* Whether q's vocabulary dim fits a tensor of rank `rank` and dims `dims`
- * (padded: at least q->vocab). */
-static bool vocab_fits(const sc_train_manifest_param *q, int32_t rank, const int64_t *dims) {
-  return q->vocab_dim >= 0 && q->vocab_dim < rank && q->vocab <= dims[q->vocab_dim];
+/* SC_OK when q's vocabulary dim fits state `name`'s shape (rank, dims:
+ * padded, at least q->vocab there), else an error naming it. */
+static sc_status vocab_check(const sc_train_manifest_param *q, const char *name, int32_t rank,
+                             const int64_t *dims, sc_diag *d) {
+  if (q->vocab_dim >= 0 && q->vocab_dim < rank && q->vocab <= dims[q->vocab_dim]) return SC_OK;
+  return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                     "state '%s': its vocabulary dim does not fit its shape", name);
 }
 
 /* A copy of `from` (rank, from_dims) in the box `to_dims` at the origin:
@@ -827,6 +830,24 @@ static void *vocab_reshape(size_t esz, int32_t rank, const int64_t *from_dims, c
   void *to = sc_calloc(numel > 0 ? (size_t)numel : 1, esz);
   if (to) sc_ckpt_copy_box(esz, rank, box, from, from_dims, zero, to, to_dims, zero);
   return to;
+}
+
+/* The model's rows of padded parameter q's state `name`, a global tensor
+ * (*data, rank, dims) in the parameter's shape: *data replaced by a copy
+ * clipped on q's vocabulary dim (freed: the old), dims updated. */
+static sc_status vocab_clip(const sc_train_manifest_param *q, const char *name, size_t esz,
+                            int32_t rank, int64_t *dims, void **data, sc_diag *d) {
+  sc_status st = vocab_check(q, name, rank, dims, d);
+  if (st != SC_OK) return st;
+  int64_t to[SC_MAX_RANK];
+  memcpy(to, dims, (size_t)rank * sizeof *to);
+  to[q->vocab_dim] = q->vocab;
+  void *clipped = vocab_reshape(esz, rank, dims, *data, to);
+  if (!clipped) return nomem(d);
+  sc_free(*data);
+  *data = clipped;
+  memcpy(dims, to, (size_t)rank * sizeof *dims);
+  return SC_OK;
 }
 
 sc_status sc_dist_trainer_state(sc_dist_trainer *t, const char *name, sc_tensor_view *v,
@@ -848,23 +869,10 @@ sc_status sc_dist_trainer_state(sc_dist_trainer *t, const char *name, sc_tensor_
   void *all = NULL;
   *v = (sc_tensor_view){.name = gv->name, .dtype = gv->dtype};
   sc_status st = state_tensor(t, name, gv, &all, v->dims, &v->rank, d);
-  if (st == SC_OK && q) { /* the model's rows */
-    if (!vocab_fits(q, v->rank, v->dims)) {
-      st = sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
-                       "state '%s': vocabulary dim %d of %lld does not fit its shape", name,
-                       (int)q->vocab_dim, (long long)q->vocab);
-    } else {
-      int64_t dims[SC_MAX_RANK];
-      memcpy(dims, v->dims, sizeof dims);
-      dims[q->vocab_dim] = q->vocab;
-      void *clipped = vocab_reshape(sc_dtype_size(gv->dtype), v->rank, v->dims, all, dims);
-      if (!clipped) st = nomem(d);
-      sc_free(all);
-      all = clipped;
-      memcpy(v->dims, dims, sizeof dims);
-      if (asked != name) v->name = asked; /* the model's name, as it was asked for */
-    }
-  }
+  if (st == SC_OK && q && /* the model's rows */
+      (st = vocab_clip(q, name, sc_dtype_size(gv->dtype), v->rank, v->dims, &all, d)) == SC_OK &&
+      asked != name)
+    v->name = asked; /* the model's name, as it was asked for */
   if (st != SC_OK) {
     sc_free(all);
     memset(v, 0, sizeof *v);
@@ -1010,21 +1018,7 @@ static sc_status collect_shards(const sc_dist_trainer *t, shard_set *set, sc_dia
       int32_t rank = 0;
       if (w) st = state_tensor(t, name, gv, &x, dims, &rank, d);
       else st = gather_state(t, name, gv, &x, d); /* the others' part of the collective */
-      if (st == SC_OK && w && q) { /* the model's rows */
-        int64_t to[SC_MAX_RANK];
-        memcpy(to, dims, sizeof to);
-        if (!vocab_fits(q, rank, dims)) {
-          st = sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
-                           "state '%s': its vocabulary dim does not fit its shape", name);
-        } else {
-          to[q->vocab_dim] = q->vocab;
-          void *c = vocab_reshape(esz, rank, dims, x, to);
-          if (!c) st = nomem(d);
-          sc_free(x);
-          x = c;
-          memcpy(dims, to, sizeof dims);
-        }
-      }
+      if (st == SC_OK && w && q) st = vocab_clip(q, name, esz, rank, dims, &x, d);
       if (st != SC_OK || !w) {
         sc_free(x);
         continue;
@@ -1039,11 +1033,7 @@ static sc_status collect_shards(const sc_dist_trainer *t, shard_set *set, sc_dia
       set->owned[set->n++] = true;
       continue;
     }
-    if (q && !vocab_fits(q, gv->rank, gv->dims)) {
-      st = sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
-                       "state '%s': its vocabulary dim does not fit its shape", name);
-      break;
-    }
+    if (q && (st = vocab_check(q, name, gv->rank, gv->dims, d)) != SC_OK) break;
     for (int64_t r = 0; st == SC_OK && r < t->n_local; r++) {
       const sc_sharding *s;
       const void *x = w_state(&t->w[r], name, &s, false);
@@ -1209,9 +1199,7 @@ sc_status sc_dist_trainer_restore(sc_dist_trainer *t, const struct sc_ckpt *c, s
     const sc_dist_value *shape = flat ? f.param : gv; /* a flat view's: its parameter's */
     int64_t want[SC_MAX_RANK]; /* the checkpoint's: a padded parameter's, the model's rows */
     memcpy(want, shape->dims, sizeof want);
-    if (q && !vocab_fits(q, shape->rank, shape->dims))
-      return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
-                         "state '%s': its vocabulary dim does not fit its shape", name);
+    if (q && vocab_check(q, name, shape->rank, shape->dims, d) != SC_OK) return d->status;
     if (q) want[q->vocab_dim] = q->vocab;
     bool same = x->dtype == gv->dtype && x->rank == shape->rank;
     for (int32_t k = 0; same && k < shape->rank; k++) same = x->dims[k] == want[k];

@@ -415,6 +415,23 @@ static int64_t list_param(const char *name, sc_dtype t, int32_t rank, const int6
   return numel;
 }
 
+/* The model's shape of manifest parameter q, whose global input is gv:
+ * its own shape where ZeRO-3 stores it flat, else the input's; a
+ * vocabulary-padded copy's with the model's rows. Returns the rank. */
+static int32_t model_shape(const sc_train_manifest_param *q, const sc_dist_value *gv,
+                           int64_t *dims) {
+  int32_t rank = q->rank > 0 ? q->rank : gv->rank;
+  memcpy(dims, q->rank > 0 ? q->dims : gv->dims, SC_MAX_RANK * sizeof *dims);
+  if (q->vocab > 0 && q->vocab_dim < rank) dims[q->vocab_dim] = q->vocab;
+  return rank;
+}
+
+/* The --list-params note of the model's tensor that the step holds as its
+ * vocabulary-padded copy `step`, of `rows` rows. */
+static void padded_note(char *note, size_t cap, const char *step, int64_t rows) {
+  snprintf(note, cap, "  (the step's %s: %lld rows for tp)", step, (long long)rows);
+}
+
 static void list_model_params(const sc_build *b) {
   const sc_train_info *info = &b->train;
   int64_t total = 0;
@@ -424,8 +441,7 @@ static void list_model_params(const sc_build *b) {
     int64_t dims[SC_MAX_RANK];
     memcpy(dims, p->dims, sizeof dims);
     if (p->model_name && p->vocab_dim < p->rank) { /* the model's tensor, padded for tp */
-      snprintf(note, sizeof note, "  (the step's %s: %lld rows for tp)", p->name,
-               (long long)dims[p->vocab_dim]);
+      padded_note(note, sizeof note, p->name, dims[p->vocab_dim]);
       dims[p->vocab_dim] = p->vocab;
     }
     if (p->grad < 0)
@@ -518,16 +534,12 @@ static int open_bundle(const train_args *a, const sc_cli_opts *o, step_source *s
         const sc_dist_value *v = &src->mesh->inputs[gi]; /* the manifest's are inputs */
         char model[1024], note[1100] = "";
         int64_t dims[SC_MAX_RANK];
-        memcpy(dims, q->rank > 0 ? q->dims : v->dims, sizeof dims);
-        int32_t rank = q->rank > 0 ? q->rank : v->rank;
+        int32_t rank = model_shape(q, v, dims);
         const sc_train_manifest_param *same = NULL;
         bool padded = q->vocab > 0 && q->vocab_dim < rank &&
                       sc_train_vocab_model_name(src->m, q->name, model, sizeof model, &same);
-        if (padded) { /* the model's tensor, padded for tp */
-          snprintf(note, sizeof note, "  (the step's %s: %lld rows for tp)", q->name,
-                   (long long)dims[q->vocab_dim]);
-          dims[q->vocab_dim] = q->vocab;
-        }
+        if (padded) /* the model's tensor, padded for tp */
+          padded_note(note, sizeof note, q->name, (q->rank > 0 ? q->dims : v->dims)[q->vocab_dim]);
         total += list_param(padded ? model : v->name, v->dtype, rank, dims, note);
       }
       char count[64], mesh[256];
@@ -607,9 +619,7 @@ static int setup_init(train_args *a, const sc_cli_opts *o, const step_source *sr
         continue;
       r->logical = model_names;
       model_names += strlen(model_names) + 1;
-      r->rank = q->rank > 0 ? q->rank : gv->rank;
-      memcpy(r->dims, q->rank > 0 ? q->dims : gv->dims, sizeof r->dims);
-      if (q->vocab_dim < r->rank) r->dims[q->vocab_dim] = q->vocab;
+      r->rank = model_shape(q, gv, r->dims);
     }
   }
   sc_init_roles_free(&found);
@@ -942,10 +952,12 @@ int sc_cmd_train(int argc, char **argv) {
       for (int32_t i = 0; gi >= 0 && i < dp->inputs[gi].rank; i++) n *= dp->inputs[gi].dims[i];
       const sc_buffer *pb = &src.p->buffers[m->params[k].buffer];
       n = gi >= 0 ? n : pb->bytes / (int64_t)sc_dtype_size(pb->dtype);
-      const sc_train_manifest_param *q = &m->params[k];
-      const int64_t *pd = q->rank > 0 ? q->dims : gi >= 0 ? dp->inputs[gi].dims : NULL;
-      if (q->vocab > 0 && pd && pd[q->vocab_dim] > 0) /* the model's rows of a padded copy */
-        n = n / pd[q->vocab_dim] * q->vocab;
+      if (m->params[k].vocab > 0 && gi >= 0) { /* a padded copy: the model's tensor */
+        int64_t md[SC_MAX_RANK];
+        int32_t r = model_shape(&m->params[k], &dp->inputs[gi], md);
+        n = 1;
+        for (int32_t i = 0; i < r; i++) n *= md[i];
+      }
       numel += n;
     }
     printf("training %lld parameters in %d tensors, %s, lr %g, %lld steps\n", (long long)numel,

@@ -912,7 +912,9 @@ static sc_status masked_scatter(lz *z, const sc_node *sn, const sc_sharding *wan
   sc_sharding_replicated(&rep, 0);
   const sc_value uv = z->L->values[lin[2]], ov = z->L->values[out_lid]; /* copies: values move */
   int32_t zero = make_const(z, "zero", uv.dtype, 0, NULL, &zero_bytes, false, &rep);
-  int32_t dz = make_const(z, "zero", ov.dtype, 0, NULL, &zero_bytes, false, &rep);
+  int32_t dz = ov.dtype == uv.dtype ? zero  /* the data's zero, one constant when they agree */
+                                    : make_const(z, "zero", ov.dtype, 0, NULL, &zero_bytes, false,
+                                                 &rep);
   int32_t shape = const_i64(z, "shape", 1, (int64_t[]){ov.rank}, ov.dims);
   const sc_sharding *us = sc_graph_sharding(z->L, lin[2]);
   sc_sharding ushard;

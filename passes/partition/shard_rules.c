@@ -971,38 +971,24 @@ sc_shard_fn sc_shard_rule(sc_op op) {
 
 /* ---- ScatterND ---- */
 
-/* With reduction "add" (an embedding's gradient: dy's rows added into
- * zeros) whose indices and updates arrive split the same way over their
- * leading (row) dims (whole indices are sliced like the updates: a
- * permutation's gradient under cp): each rank adds its rows into its own
- * copy, and the sum over those axes is the whole — the output is pending
- * over them, the data joins the pending sum (its first rank holds it). The
- * updates' trailing dims follow the data's (whole data takes the updates'
- * split there: those dims are not indexed). With "add", the scatter is linear in
- * the data and the updates: updates pending over some axes (the gradient
- * of a position embedding read with constant indices: the batch's rows
- * summed, pending over the data axes) keep it pending, whole, the data
- * joining the sum, so a pipelined step reduces it once per step, not per
- * microbatch. Data split on its indexed rows: the masked form above.
- * Anything else is computed whole. */
 /* The masked form (SC_SHARD_EXPAND_MASKED_SCATTER) of a ScatterND marked
- * `__rows_axis` = ax by tp.c (a vocabulary-parallel lookup's gradient,
- * into zeros [rows, cols]): the zeros split on their rows over ax, like
- * the table, indices [.., 1] and updates [.., cols] not pending. The indices and updates are gathered over
- * `own` (every rank sees every id; under sequence parallelism the tokens'
- * gradient is all-gathered over tp, where the unmasked scatter left a whole
- * table pending over tp, reduce-scattered each microbatch), their rows
- * kept split alike over other axes, over which the result is pending (the
- * batch's rows over dp: reduced once a step), the updates' columns split
- * like the data's. Megatron's VocabParallelEmbedding backward. */
+ * `__rows_axis` = axis by tp.c (a vocabulary-parallel lookup's gradient,
+ * into zeros [rows, cols]; indices [.., 1], updates [.., cols]): the zeros
+ * split on their rows over axis, like the table. The indices and updates
+ * are gathered over that axis (every rank sees every id; under sequence
+ * parallelism the tokens' gradient is all-gathered over tp, where the
+ * unmasked scatter left a whole table pending over tp, reduce-scattered
+ * each microbatch), their rows kept split alike over other axes, over
+ * which the result is pending (the batch's rows over dp: reduced once a
+ * step), the updates' columns split like the data's. Updates pending over
+ * other axes keep the result pending over them; over the rows' own axis
+ * they are reduced first. Megatron's VocabParallelEmbedding backward. */
 static sc_status masked_scatter(sc_shard_ctx *c, int32_t lead, int32_t axis) {
   const sc_value *idx = inv(c, 1), *upd = inv(c, 2);
   sc_shard_unsplit_dim(&c->want[0], 0);
   sc_sharding_split(&c->want[0], 0, axis);
   sc_axes own = dim_mask(&c->want[0], 0), cols = dim_mask(&c->want[0], 1), rows = 0;
-  /* updates pending (over cp: a ring attention's gradient) stay pending,
-   * the sum with them, but over the rows' own axes, which each rank needs
-   * summed */
+  /* updates pending (over cp: a ring attention's gradient) stay pending */
   sc_axes pend = c->in[2].partial & ~own;
   c->want[2].partial = pend;
   sc_shard_unsplit_dim(&c->want[2], lead);
@@ -1026,6 +1012,21 @@ static sc_status masked_scatter(sc_shard_ctx *c, int32_t lead, int32_t axis) {
   return SC_OK;
 }
 
+/* With reduction "add" (an embedding's gradient: dy's rows added into
+ * zeros) whose indices and updates arrive split the same way over their
+ * leading (row) dims (whole indices are sliced like the updates: a
+ * permutation's gradient under cp): each rank adds its rows into its own
+ * copy, and the sum over those axes is the whole — the output is pending
+ * over them, the data joins the pending sum (its first rank holds it). The
+ * updates' trailing dims follow the data's (whole data takes the updates'
+ * split there: those dims are not indexed). With "add", the scatter is linear in
+ * the data and the updates: updates pending over some axes (the gradient
+ * of a position embedding read with constant indices: the batch's rows
+ * summed, pending over the data axes) keep it pending, whole, the data
+ * joining the sum, so a pipelined step reduces it once per step, not per
+ * microbatch. A ScatterND tp.c marks `__rows_axis` (a vocabulary-parallel
+ * lookup's gradient) takes the masked form above. Anything else is
+ * computed whole. */
 sc_status sc_shard_scatter_nd(sc_shard_ctx *c) {
   const sc_value *data = inv(c, 0), *idx = inv(c, 1), *upd = inv(c, 2);
   const char *red = sc_attr_string(c->g, c->n, "reduction", "none");

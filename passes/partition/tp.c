@@ -288,15 +288,6 @@ static bool split_table(const sc_graph *g, int32_t ax, const int64_t *dims) {
   return false;
 }
 
-/* Whether constant value v holds zeros only. */
-static bool zero_const(const sc_value *v) {
-  if (!(v->flags & SC_VALUE_CONST) || v->producer >= 0 || !v->data) return false;
-  const unsigned char *b = v->data;
-  for (uint64_t i = 0; i < v->data_bytes; i++)
-    if (b[i]) return false;
-  return true;
-}
-
 /* The gradients of the lookups of a training step's vocabulary-parallel
  * tables (grad_rules.c, sc_grad_gather: ScatterND, reduction add, into
  * zeros of the table's shape: a constant, or an Expand of a zero scalar
@@ -314,11 +305,10 @@ static sc_status mark_lookup_grads(sc_partition *p, int32_t ax) {
       continue;
     const sc_value *v = &g->values[n->inputs[0]];
     if (v->rank != 2 || !split_table(g, ax, v->dims)) continue;
+    /* zeros: a constant, or an Expand of a zero scalar */
     const sc_node *e = v->producer >= 0 ? &g->nodes[v->producer] : NULL;
-    bool zero = e ? e->op == SC_OP_EXPAND && e->n_inputs == 2 && e->inputs[0] >= 0 &&
-                        g->values[e->inputs[0]].rank == 0 && zero_const(&g->values[e->inputs[0]])
-                  : zero_const(v);
-    if (!zero) continue;
+    int32_t z = !e ? n->inputs[0] : e->op == SC_OP_EXPAND && e->n_inputs == 2 ? e->inputs[0] : -1;
+    if (z < 0 || (e && g->values[z].rank != 0) || !sc_value_zeros(&g->values[z])) continue;
     sc_attr *a = sc_node_add_attr(g, nid, "__rows_axis", SC_ATTR_INT);
     if (!a) return sc_graph_error(g, SC_ERR_NOMEM, "out of memory");
     a->i = ax;

@@ -232,17 +232,21 @@ static sc_status pad_all(sc_graph *g, int64_t tp, sc_train_vocab_pad **pads, int
   return st;
 }
 
-sc_status sc_partition_pad_vocab(sc_graph *g, const sc_plan *plan) {
+/* pad_all at the plan's tp, when its vocabulary is parallel over one. */
+static sc_status pad_plan(sc_graph *g, const sc_plan *plan, sc_train_vocab_pad **pads,
+                          int32_t *n_pads) {
   if (!plan->tp_axis || !plan->vocab_parallel) return SC_OK;
   int64_t tp = sc_mesh_axis_size(&plan->mesh, plan->tp_axis);
-  return tp > 1 ? pad_all(g, tp, NULL, NULL) : SC_OK;
+  return tp > 1 ? pad_all(g, tp, pads, n_pads) : SC_OK;
+}
+
+sc_status sc_partition_pad_vocab(sc_graph *g, const sc_plan *plan) {
+  return pad_plan(g, plan, NULL, NULL);
 }
 
 sc_status sc_partition_pad_vocab_train(sc_graph *g, const sc_plan *plan,
                                        sc_train_vocab_pad **pads, int32_t *n_pads) {
   *pads = NULL;
   *n_pads = 0;
-  if (!plan->tp_axis || !plan->vocab_parallel) return SC_OK;
-  int64_t tp = sc_mesh_axis_size(&plan->mesh, plan->tp_axis);
-  return tp > 1 ? pad_all(g, tp, pads, n_pads) : SC_OK;
+  return pad_plan(g, plan, pads, n_pads);
 }

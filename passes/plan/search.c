@@ -480,7 +480,8 @@ static sc_status tp_outside(const ctx *x, sc_search_cand *c, double M, double ac
   if (st == SC_OK) st = coll(x, SC_COLL_ALL_GATHER, M * act, c->tp, n_tp, M, &c->tp_s, d);
   /* the lookup's gradient: the tokens' gradient all-gathered for the
    * masked scatter (shard_rules.c) */
-  if (st == SC_OK && first > 0) st = coll(x, SC_COLL_ALL_GATHER, M * act, c->tp, n_tp, M, &c->tp_s, d);
+  if (st == SC_OK && first > 0)
+    st = coll(x, SC_COLL_ALL_GATHER, M * act, c->tp, n_tp, M, &c->tp_s, d);
   return st;
 }
 
